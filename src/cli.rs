@@ -1,0 +1,48 @@
+//! Command-line surface: the raw clap definitions of every subcommand.
+//!
+//! This module only describes arguments; it never does I/O. `main.rs` parses
+//! them and hands each subcommand to the library function that owns it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// The default agent config path, as packaged for systemd.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/neko-sidecar/agent.toml";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "neko-sidecar",
+    version,
+    about = "Keeps the LLM tools of non-Rust plugins registered with the N.E.K.O main_server and serves their callbacks"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Validate the agent config and every tool manifest, reporting all problems.
+    Check(CheckArgs),
+    /// Run the stand-in main_server (the tool API of N.E.K.O) for development and tests.
+    DevServer(DevServerArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Path of the agent config file.
+    #[arg(long, short = 'c', default_value = DEFAULT_CONFIG_PATH, env = "NEKO_SIDECAR_CONFIG")]
+    pub config: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct DevServerArgs {
+    /// Address to listen on. main_server itself listens on 127.0.0.1:48911.
+    #[arg(long, default_value = "127.0.0.1:48911")]
+    pub listen: SocketAddr,
+    /// Comma-separated role (character) names the stand-in serves.
+    #[arg(long, value_delimiter = ',', default_value = "小八,Lanlan")]
+    pub roles: Vec<String>,
+}

@@ -1,0 +1,9 @@
+//! neko-sidecar: keeps the LLM tools of non-Rust plugins registered with the
+//! N.E.K.O main_server and serves their callbacks.
+//!
+//! The binary (`src/main.rs`) only parses arguments, sets up logging and calls
+//! into this library; see ARCHITECTURE.md for the module map.
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod devserver;
