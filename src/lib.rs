@@ -6,4 +6,10 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod config;
+pub mod desired;
 pub mod devserver;
+pub mod diag;
+pub mod duration;
+pub mod manifest;
+pub mod tomldoc;

@@ -1,0 +1,619 @@
+//! The agent config (`agent.toml`): the validated settings of one sidecar.
+//!
+//! Two stages, as everywhere: the spanned TOML document is walked by
+//! `tomldoc::TableReader` (collecting every problem with its place), then the
+//! values are checked and an `AgentConfig` is built, or nothing is. Defaults
+//! live here and only here; `agent.toml.example` documents them.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use toml::de::DeTable;
+
+use crate::diag::{Diagnostic, SourceText};
+use crate::tomldoc::{self, TableReader};
+
+pub const DEFAULT_MAIN_SERVER_URL: &str = "http://127.0.0.1:48911";
+
+/// What to do when a tool name we want is registered by someone else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConflictPolicy {
+    /// Leave the other owner's registration alone and report a conflict.
+    Yield,
+    /// Register ours again, rate-limited so two agents cannot flap.
+    Reclaim,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Where main_server is and how long to wait for it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MainServerConfig {
+    /// Base URL, without a trailing slash (main_server answers 307 to one).
+    pub url: String,
+    pub request_timeout: Duration,
+}
+
+/// The listener main_server calls back into.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallbackConfig {
+    /// Always a loopback address: main_server refuses other callback hosts.
+    pub listen: SocketAddr,
+    /// Larger callback bodies are refused with 413.
+    pub max_body_bytes: usize,
+}
+
+/// Limits for local handlers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandlersConfig {
+    /// How much of an exec handler's stdout (or an http handler's body) is read.
+    pub max_output_bytes: usize,
+    /// Between SIGTERM and SIGKILL for an exec handler past its deadline.
+    pub kill_grace: Duration,
+    pub allow_remote: bool,
+}
+
+/// How registrations are kept.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegistrationConfig {
+    pub poll_interval: Duration,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    pub max_in_flight: usize,
+    pub conflict_policy: ConflictPolicy,
+    /// Under `reclaim`, the least time between two reclaims of one tool.
+    pub reclaim_interval: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// A tracing filter directive, e.g. "info" or "neko_sidecar=debug".
+    pub level: String,
+}
+
+/// The whole validated agent config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentConfig {
+    /// The file it came from, for messages.
+    pub path: PathBuf,
+    /// The tag on every registration of this sidecar; how it knows its own.
+    pub source: String,
+    /// Absolute manifest directories, in the order given.
+    pub manifest_dirs: Vec<PathBuf>,
+    pub main_server: MainServerConfig,
+    pub callback: CallbackConfig,
+    pub handlers: HandlersConfig,
+    pub registration: RegistrationConfig,
+    pub shutdown_deadline: Duration,
+    pub log: LogConfig,
+}
+
+const TOP_KEYS: &[&str] = &[
+    "source",
+    "manifest_dirs",
+    "allow_remote_handlers",
+    "main_server",
+    "callback",
+    "handlers",
+    "registration",
+    "shutdown",
+    "log",
+];
+
+/// Reads and validates a config file. Returns the config (when it has no
+/// errors) and every diagnostic, warnings included.
+pub fn load(path: &Path) -> (Option<AgentConfig>, Vec<Diagnostic>) {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) => {
+            return (
+                None,
+                vec![Diagnostic::error(
+                    path,
+                    None,
+                    format!("cannot read the agent config: {e}"),
+                )],
+            );
+        }
+    };
+    let text = match String::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            return (
+                None,
+                vec![Diagnostic::error(
+                    path,
+                    None,
+                    format!(
+                        "the agent config is not valid UTF-8 (first bad byte at offset {}): TOML files must be UTF-8",
+                        e.utf8_error().valid_up_to()
+                    ),
+                )],
+            );
+        }
+    };
+    parse(path, &text)
+}
+
+/// Validates config text; `path` locates messages and anchors relative paths.
+pub fn parse(path: &Path, text: &str) -> (Option<AgentConfig>, Vec<Diagnostic>) {
+    let src = SourceText::new(path, text);
+    let mut diags = Vec::new();
+    let doc = match tomldoc::parse(&src) {
+        Ok(d) => d,
+        Err(d) => return (None, vec![d]),
+    };
+    let base = path.parent().unwrap_or(Path::new("."));
+    let cfg = build(&src, doc.get_ref(), doc.span(), base, &mut diags);
+    let cfg = if diags.iter().any(Diagnostic::is_error) {
+        None
+    } else {
+        cfg
+    };
+    (cfg, diags)
+}
+
+fn build(
+    src: &SourceText<'_>,
+    doc: &DeTable<'_>,
+    span: std::ops::Range<usize>,
+    base: &Path,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<AgentConfig> {
+    let mut top = TableReader::new(src, doc, span.start..span.start, "the agent config", diags);
+    top.deny_unknown(TOP_KEYS);
+
+    let source = match top.string("source") {
+        None if top.get("source").is_none() => {
+            top.missing(
+                "source",
+                "set a tag unique to this sidecar, e.g. source = \"plugin:weather\"",
+            );
+            None
+        }
+        None => None,
+        Some((s, sp)) => validate_source(&mut top, s, &sp),
+    };
+
+    let manifest_dirs = match top.string_array("manifest_dirs") {
+        Some((dirs, sp)) => {
+            if dirs.is_empty() {
+                top.error(
+                    &sp,
+                    "`manifest_dirs` is empty: list at least one directory of tool manifests",
+                );
+            }
+            dirs.into_iter()
+                .map(|(d, _)| absolutize(base, &d))
+                .collect()
+        }
+        None if top.get("manifest_dirs").is_none() => vec![absolutize(base, "tools.d")],
+        None => Vec::new(),
+    };
+    let allow_remote = top.boolean("allow_remote_handlers").is_some_and(|(b, _)| b);
+
+    let main_server = section(&mut top, "main_server", |r| {
+        r.deny_unknown(&["url", "request_timeout"]);
+        let url = r
+            .string("url")
+            .and_then(|(u, sp)| validate_main_server_url(r, u, &sp))
+            .unwrap_or_else(|| DEFAULT_MAIN_SERVER_URL.to_string());
+        let request_timeout = positive(r, "request_timeout", Duration::from_secs(5));
+        MainServerConfig {
+            url,
+            request_timeout,
+        }
+    });
+
+    let callback = section(&mut top, "callback", |r| {
+        r.deny_unknown(&["listen", "max_body_bytes"]);
+        let listen = match r.string("listen") {
+            Some((s, sp)) => validate_listen(r, &s, &sp),
+            None => default_listen(),
+        };
+        let max_body_bytes = byte_limit(r, "max_body_bytes", 1 << 20);
+        CallbackConfig {
+            listen,
+            max_body_bytes,
+        }
+    });
+
+    let handlers = section(&mut top, "handlers", |r| {
+        r.deny_unknown(&["max_output_bytes", "kill_grace"]);
+        HandlersConfig {
+            max_output_bytes: byte_limit(r, "max_output_bytes", 1 << 20),
+            kill_grace: positive(r, "kill_grace", Duration::from_secs(2)),
+            allow_remote,
+        }
+    });
+
+    let registration = section(&mut top, "registration", |r| {
+        r.deny_unknown(&[
+            "poll_interval",
+            "backoff_initial",
+            "backoff_max",
+            "max_in_flight",
+            "conflict_policy",
+            "reclaim_interval",
+        ]);
+        let poll_interval = positive(r, "poll_interval", Duration::from_secs(5));
+        let backoff_initial = positive(r, "backoff_initial", Duration::from_millis(500));
+        let backoff_max = positive(r, "backoff_max", Duration::from_secs(30));
+        if backoff_initial > backoff_max {
+            let sp = r
+                .get("backoff_initial")
+                .or_else(|| r.get("backoff_max"))
+                .map(|i| i.span())
+                .unwrap_or(r.span.clone());
+            r.error(
+                &sp,
+                format!(
+                    "`backoff_initial` ({}) is larger than `backoff_max` ({}): the first delay must not exceed the cap",
+                    crate::duration::display(backoff_initial),
+                    crate::duration::display(backoff_max)
+                ),
+            );
+        }
+        let max_in_flight = match r.integer("max_in_flight") {
+            Some((n, _)) if (1..=1024).contains(&n) => n as usize,
+            Some((n, sp)) => {
+                r.error(
+                    &sp,
+                    format!("`max_in_flight` is {n}: allowed values are 1 to 1024"),
+                );
+                16
+            }
+            None => 16,
+        };
+        let conflict_policy = match r.string("conflict_policy") {
+            Some((s, _)) if s == "yield" => ConflictPolicy::Yield,
+            Some((s, _)) if s == "reclaim" => ConflictPolicy::Reclaim,
+            Some((s, sp)) => {
+                r.error(
+                    &sp,
+                    format!("`conflict_policy` is \"{s}\": allowed values are \"yield\" (leave another owner's tool alone) and \"reclaim\" (register ours again, rate-limited)"),
+                );
+                ConflictPolicy::Yield
+            }
+            None => ConflictPolicy::Yield,
+        };
+        let reclaim_interval = positive(r, "reclaim_interval", Duration::from_secs(60));
+        RegistrationConfig {
+            poll_interval,
+            backoff_initial,
+            backoff_max,
+            max_in_flight,
+            conflict_policy,
+            reclaim_interval,
+        }
+    });
+
+    let shutdown_deadline = section(&mut top, "shutdown", |r| {
+        r.deny_unknown(&["deadline"]);
+        positive(r, "deadline", Duration::from_secs(5))
+    });
+
+    let log = section(&mut top, "log", |r| {
+        r.deny_unknown(&["format", "level"]);
+        let format = match r.string("format") {
+            Some((s, _)) if s == "text" => LogFormat::Text,
+            Some((s, _)) if s == "json" => LogFormat::Json,
+            Some((s, sp)) => {
+                r.error(
+                    &sp,
+                    format!("`format` is \"{s}\": allowed values are \"text\" and \"json\""),
+                );
+                LogFormat::Text
+            }
+            None => LogFormat::Text,
+        };
+        let level = match r.string("level") {
+            Some((s, sp)) => {
+                if tracing_subscriber::EnvFilter::try_new(&s).is_err() {
+                    r.error(
+                        &sp,
+                        format!("`level` \"{s}\" is not a log filter: use error, warn, info, debug or trace (or a tracing directive such as \"neko_sidecar=debug\")"),
+                    );
+                }
+                s
+            }
+            None => "info".to_string(),
+        };
+        LogConfig { format, level }
+    });
+
+    Some(AgentConfig {
+        path: src.path.to_path_buf(),
+        source: source?,
+        manifest_dirs,
+        main_server,
+        callback,
+        handlers,
+        registration,
+        shutdown_deadline,
+        log,
+    })
+}
+
+/// Reads an optional sub-table with `f`; an absent table reads as empty so
+/// that `f` fills in every default in one place.
+fn section<T>(
+    top: &mut TableReader<'_, '_>,
+    key: &str,
+    f: impl FnOnce(&mut TableReader<'_, '_>) -> T,
+) -> T {
+    let empty = DeTable::new();
+    let (table, span) = match top.table(key) {
+        Some((t, sp)) => (t, sp),
+        None => (&empty, top.span.clone()),
+    };
+    let src = top.src;
+    let mut r = TableReader::new(src, table, span, format!("[{key}]"), top.diags);
+    f(&mut r)
+}
+
+fn positive(r: &mut TableReader<'_, '_>, key: &str, default: Duration) -> Duration {
+    match r.duration(key) {
+        Some((d, sp)) if d.is_zero() => {
+            r.error(
+                &sp,
+                format!("`{key}` in {} must be greater than zero", r.what),
+            );
+            default
+        }
+        Some((d, _)) => d,
+        None => default,
+    }
+}
+
+fn byte_limit(r: &mut TableReader<'_, '_>, key: &str, default: usize) -> usize {
+    match r.integer(key) {
+        Some((n, _)) if (1024..=(256 << 20)).contains(&n) => n as usize,
+        Some((n, sp)) => {
+            r.error(
+                &sp,
+                format!(
+                    "`{key}` is {n}: allowed values are 1024 to 268435456 bytes (1 KiB to 256 MiB)"
+                ),
+            );
+            default
+        }
+        None => default,
+    }
+}
+
+fn validate_source(
+    r: &mut TableReader<'_, '_>,
+    s: String,
+    sp: &std::ops::Range<usize>,
+) -> Option<String> {
+    if s.is_empty() {
+        r.error(sp, "`source` is empty: main_server requires at least 1 character; use e.g. \"plugin:weather\"");
+        return None;
+    }
+    if s == "builtin" {
+        r.error(
+            sp,
+            "`source` must not be \"builtin\": that is main_server's own tag, and clearing our tools on shutdown would delete its built-in tools",
+        );
+        return None;
+    }
+    if !s.starts_with("plugin:") {
+        r.warning(
+            sp,
+            format!("`source` \"{s}\" does not start with \"plugin:\": main_server evicts dead callbacks only for plugin: sources, so if this sidecar dies its tools stay listed and fail at every call until it returns"),
+        );
+    }
+    Some(s)
+}
+
+fn validate_main_server_url(
+    r: &mut TableReader<'_, '_>,
+    url: String,
+    sp: &std::ops::Range<usize>,
+) -> Option<String> {
+    match reqwest::Url::parse(&url) {
+        Ok(u) if u.scheme() == "http" && u.host().is_some() => {
+            if u.query().is_some() || u.fragment().is_some() {
+                r.error(
+                    sp,
+                    "`url` in [main_server] must not have a query or fragment",
+                );
+                return None;
+            }
+            // main_server's routes have no trailing slash and it answers 307
+            // to one; keep the base without it so joins are exact.
+            Some(url.trim_end_matches('/').to_string())
+        }
+        Ok(u) if u.scheme() == "https" => {
+            r.error(sp, "`url` in [main_server] uses https: main_server is reached over loopback and this build speaks plain http only; use e.g. \"http://127.0.0.1:48911\"");
+            None
+        }
+        _ => {
+            r.error(
+                sp,
+                format!("`url` in [main_server] is \"{url}\": expected an http URL such as \"{DEFAULT_MAIN_SERVER_URL}\""),
+            );
+            None
+        }
+    }
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+fn validate_listen(
+    r: &mut TableReader<'_, '_>,
+    s: &str,
+    sp: &std::ops::Range<usize>,
+) -> SocketAddr {
+    let addr = if let Some(port) = s.strip_prefix("localhost:") {
+        port.parse::<u16>()
+            .ok()
+            .map(|p| SocketAddr::from(([127, 0, 0, 1], p)))
+    } else {
+        s.parse::<SocketAddr>().ok()
+    };
+    match addr {
+        Some(a) if is_loopback(a.ip()) => a,
+        Some(a) => {
+            r.error(
+                sp,
+                format!("`listen` in [callback] is {a}, which is not a loopback address: main_server refuses callback URLs outside 127.0.0.0/8 and ::1, so use e.g. \"127.0.0.1:0\" (0 picks a free port)"),
+            );
+            default_listen()
+        }
+        None => {
+            r.error(
+                sp,
+                format!("`listen` in [callback] is \"{s}\": expected IP:PORT on loopback, e.g. \"127.0.0.1:48930\" or \"[::1]:0\" (0 picks a free port)"),
+            );
+            default_listen()
+        }
+    }
+}
+
+/// Loopback as main_server sees it: 127.0.0.0/8, ::1 and IPv4-mapped 127/8.
+pub fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
+}
+
+/// Resolves `p` against `base` unless it is already absolute.
+pub fn absolutize(base: &Path, p: &str) -> PathBuf {
+    let p = Path::new(p);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_ok(text: &str) -> AgentConfig {
+        let (cfg, diags) = parse(Path::new("/etc/x/agent.toml"), text);
+        assert!(diags.iter().all(|d| !d.is_error()), "{diags:?}");
+        cfg.unwrap()
+    }
+
+    fn errors(text: &str) -> Vec<String> {
+        let (cfg, diags) = parse(Path::new("a.toml"), text);
+        let errs: Vec<String> = diags
+            .iter()
+            .filter(|d| d.is_error())
+            .map(|d| d.to_string())
+            .collect();
+        assert!(cfg.is_none() || errs.is_empty());
+        errs
+    }
+
+    #[test]
+    fn defaults_fill_everything_but_source() {
+        let c = parse_ok("source = \"plugin:w\"\n");
+        assert_eq!(c.main_server.url, DEFAULT_MAIN_SERVER_URL);
+        assert_eq!(c.main_server.request_timeout, Duration::from_secs(5));
+        assert_eq!(c.callback.listen, "127.0.0.1:0".parse().unwrap());
+        assert_eq!(c.callback.max_body_bytes, 1 << 20);
+        assert_eq!(c.manifest_dirs, vec![PathBuf::from("/etc/x/tools.d")]);
+        assert_eq!(c.registration.poll_interval, Duration::from_secs(5));
+        assert_eq!(c.registration.conflict_policy, ConflictPolicy::Yield);
+        assert_eq!(c.shutdown_deadline, Duration::from_secs(5));
+        assert!(!c.handlers.allow_remote);
+        assert_eq!(c.log.format, LogFormat::Text);
+    }
+
+    #[test]
+    fn relative_dirs_resolve_against_the_config_folder() {
+        let c = parse_ok("source = \"plugin:w\"\nmanifest_dirs = [\"tools\", \"/abs\"]\n");
+        assert_eq!(
+            c.manifest_dirs,
+            vec![PathBuf::from("/etc/x/tools"), PathBuf::from("/abs")]
+        );
+    }
+
+    #[test]
+    fn trailing_slash_is_dropped_from_the_url() {
+        let c = parse_ok("source = \"plugin:w\"\n[main_server]\nurl = \"http://127.0.0.1:9/\"\n");
+        assert_eq!(c.main_server.url, "http://127.0.0.1:9");
+    }
+
+    #[test]
+    fn missing_source_is_an_error() {
+        assert_eq!(
+            errors("manifest_dirs = [\"t\"]\n"),
+            [
+                "a.toml:1:1: error: the agent config is missing the required key `source`: set a tag unique to this sidecar, e.g. source = \"plugin:weather\""
+            ]
+        );
+    }
+
+    #[test]
+    fn builtin_source_is_refused() {
+        let e = errors("source = \"builtin\"\n");
+        assert_eq!(e.len(), 1);
+        assert!(
+            e[0].starts_with("a.toml:1:10: error: `source` must not be \"builtin\""),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn non_plugin_source_warns_with_the_cost() {
+        let (cfg, diags) = parse(Path::new("a.toml"), "source = \"mine\"\n");
+        assert!(cfg.is_some());
+        assert_eq!(diags.len(), 1);
+        assert!(!diags[0].is_error());
+        assert!(
+            diags[0]
+                .message
+                .contains("evicts dead callbacks only for plugin: sources")
+        );
+    }
+
+    #[test]
+    fn non_loopback_listen_is_an_error() {
+        let e = errors("source = \"plugin:w\"\n[callback]\nlisten = \"0.0.0.0:8080\"\n");
+        assert_eq!(e.len(), 1);
+        assert!(e[0].starts_with("a.toml:3:10: error: `listen` in [callback] is 0.0.0.0:8080, which is not a loopback address"), "{e:?}");
+        let c = parse_ok("source = \"plugin:w\"\n[callback]\nlisten = \"[::1]:0\"\n");
+        assert!(c.callback.listen.ip().is_loopback());
+    }
+
+    #[test]
+    fn all_problems_are_reported_at_once() {
+        let e = errors(
+            "source = \"plugin:w\"\nsorce = 1\n[registration]\npoll_interval = \"5 parsecs\"\nbackoff_initial = \"1m\"\nbackoff_max = \"1s\"\nmax_in_flight = 0\n[log]\nformat = \"xml\"\n",
+        );
+        assert_eq!(e.len(), 5, "{e:#?}");
+        assert!(e[0].contains("unknown key `sorce`") && e[0].contains("did you mean `source`?"));
+        assert!(e[1].starts_with(
+            "a.toml:4:17: error: `poll_interval` in [registration]: `5 parsecs` has an unknown unit"
+        ));
+        assert!(e[2].contains("`backoff_initial` (1m) is larger than `backoff_max` (1s)"));
+        assert!(e[3].contains("`max_in_flight` is 0: allowed values are 1 to 1024"));
+        assert!(e[4].contains("allowed values are \"text\" and \"json\""));
+    }
+
+    #[test]
+    fn loopback_includes_mapped_v4() {
+        assert!(is_loopback("127.3.4.5".parse().unwrap()));
+        assert!(is_loopback("::1".parse().unwrap()));
+        assert!(is_loopback("::ffff:127.0.0.1".parse().unwrap()));
+        assert!(!is_loopback("10.0.0.1".parse().unwrap()));
+        assert!(!is_loopback("::ffff:10.0.0.1".parse().unwrap()));
+    }
+}

@@ -1,0 +1,610 @@
+//! Loading one manifest file into validated `ToolSpec`s, reporting every
+//! problem with its place.
+//!
+//! A file is all or nothing: if it has any error, it yields no tools (so a
+//! reload can keep its last good version). This module reads the manifest and
+//! the schema files it names; it never scans directories or talks to the
+//! network.
+
+use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value as Json;
+use toml::de::{DeTable, DeValue};
+
+use super::{ExecHandler, Handler, HttpHandler, Origin, ToolSpec, default_parameters, schema};
+use crate::config::{absolutize, is_loopback};
+use crate::diag::{Diagnostic, LineIndex, SourceText};
+use crate::tomldoc::{self, TableReader, type_name};
+
+/// Settings from the agent config that change how manifests are judged.
+#[derive(Debug, Clone, Default)]
+pub struct LoadContext {
+    /// Permit http handlers on non-loopback hosts.
+    pub allow_remote_handlers: bool,
+}
+
+/// The result of loading one file.
+#[derive(Debug, Clone)]
+pub struct ManifestFile {
+    pub path: PathBuf,
+    /// Empty whenever `diagnostics` holds an error.
+    pub tools: Vec<ToolSpec>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl ManifestFile {
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+
+    fn failed(path: &Path, d: Diagnostic) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            tools: Vec::new(),
+            diagnostics: vec![d],
+        }
+    }
+}
+
+const TOOL_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "parameters",
+    "parameters_file",
+    "timeout_seconds",
+    "role",
+    "handler",
+    "validate_arguments",
+    "max_concurrency",
+];
+const HTTP_KEYS: &[&str] = &["type", "url", "unix_socket"];
+const EXEC_KEYS: &[&str] = &["type", "command", "cwd", "env"];
+
+/// The largest timeout main_server accepts.
+const MAX_TIMEOUT_SECONDS: f64 = 300.0;
+const MAX_CONCURRENCY_LIMIT: i64 = 10_000;
+
+/// Reads and validates one manifest file.
+pub fn load_file(path: &Path, ctx: &LoadContext) -> ManifestFile {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) => {
+            return ManifestFile::failed(
+                path,
+                Diagnostic::error(path, None, format!("cannot read the manifest: {e}")),
+            );
+        }
+    };
+    match String::from_utf8(bytes) {
+        Ok(text) => parse_manifest(path, &text, ctx),
+        Err(e) => {
+            let bytes = e.as_bytes();
+            let at = e.utf8_error().valid_up_to();
+            // Locate the bad byte by the valid text before it.
+            let prefix = std::str::from_utf8(&bytes[..at]).unwrap_or("");
+            let pos = LineIndex::new(prefix).position(prefix, at);
+            ManifestFile::failed(
+                path,
+                Diagnostic::error(
+                    path,
+                    Some(pos),
+                    format!(
+                        "the manifest is not valid UTF-8 (byte 0x{:02x}): TOML files must be UTF-8",
+                        bytes.get(at).copied().unwrap_or(0)
+                    ),
+                ),
+            )
+        }
+    }
+}
+
+/// Validates manifest text; `path` locates messages and anchors relative paths.
+pub fn parse_manifest(path: &Path, text: &str, ctx: &LoadContext) -> ManifestFile {
+    let src = SourceText::new(path, text);
+    let mut diags = Vec::new();
+    if text.trim().is_empty() {
+        return ManifestFile::failed(
+            path,
+            Diagnostic::error(
+                path,
+                None,
+                "the manifest is empty: declare at least one tool with a [[tool]] table",
+            ),
+        );
+    }
+    let doc = match tomldoc::parse(&src) {
+        Ok(d) => d,
+        Err(d) => return ManifestFile::failed(path, d),
+    };
+    let base = path.parent().unwrap_or(Path::new("."));
+    let mut top = TableReader::new(&src, doc.get_ref(), 0..0, "the manifest", &mut diags);
+    top.deny_unknown(&["tool"]);
+    let mut tools = Vec::new();
+    match top.get("tool") {
+        None => top.missing("tool", "declare each tool in a [[tool]] table"),
+        Some(item) => match item.get_ref() {
+            DeValue::Array(arr) => {
+                for el in arr.iter() {
+                    match el.get_ref() {
+                        DeValue::Table(t) => {
+                            if let Some(spec) = read_tool(&src, t, el.span(), base, ctx, top.diags)
+                            {
+                                tools.push(spec);
+                            }
+                        }
+                        other => {
+                            let msg =
+                                format!("each `tool` must be a table, found {}", type_name(other));
+                            top.error(&el.span(), msg);
+                        }
+                    }
+                }
+                if arr.is_empty() {
+                    top.error(
+                        &item.span(),
+                        "`tool` is empty: declare at least one tool with a [[tool]] table",
+                    );
+                }
+            }
+            DeValue::Table(_) => top.error(
+                &item.span(),
+                "`tool` is a single table: write [[tool]] (double brackets), one per tool",
+            ),
+            other => {
+                let msg = format!(
+                    "`tool` must be an array of [[tool]] tables, found {}",
+                    type_name(other)
+                );
+                top.error(&item.span(), msg);
+            }
+        },
+    }
+    let has_errors = diags.iter().any(Diagnostic::is_error);
+    ManifestFile {
+        path: path.to_path_buf(),
+        tools: if has_errors { Vec::new() } else { tools },
+        diagnostics: diags,
+    }
+}
+
+fn read_tool(
+    src: &SourceText<'_>,
+    table: &DeTable<'_>,
+    span: Range<usize>,
+    base: &Path,
+    ctx: &LoadContext,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<ToolSpec> {
+    let errors_before = diags.iter().filter(|d| d.is_error()).count();
+    let pos = src.position(&span);
+    let mut r = TableReader::new(src, table, span, "[[tool]]", diags);
+    r.deny_unknown(TOOL_KEYS);
+
+    let name = match r.string("name") {
+        Some((n, sp)) => {
+            if valid_name(&n) {
+                r.what = format!("tool `{n}`");
+                if n.contains('.') {
+                    r.warning(
+                        &sp,
+                        format!("tool name `{n}` contains `.`: some model providers accept only A-Z a-z 0-9 _ - in tool names, so prefer `{}`", n.replace('.', "_")),
+                    );
+                }
+            } else {
+                r.error(&sp, format!("tool name \"{n}\" is not allowed: use 1 to 64 characters from A-Z a-z 0-9 _ . - (main_server puts names in URL paths)"));
+            }
+            Some(n)
+        }
+        None => {
+            if r.get("name").is_none() {
+                r.missing(
+                    "name",
+                    "a tool name of 1 to 64 characters from A-Z a-z 0-9 _ . -",
+                );
+            }
+            None
+        }
+    };
+
+    let description = match r.string("description") {
+        Some((d, sp)) if d.trim().is_empty() => {
+            r.error(&sp, format!("`description` of {} is empty: the model reads it to decide when to call the tool", r.what));
+            None
+        }
+        Some((d, _)) => Some(d),
+        None => {
+            if r.get("description").is_none() {
+                r.missing(
+                    "description",
+                    "say what the tool does; the model reads it to decide when to call it",
+                );
+            }
+            None
+        }
+    };
+
+    let parameters = read_parameters(&mut r, base);
+
+    let timeout_seconds = match r.number("timeout_seconds") {
+        Some((t, sp)) if t <= 0.0 || t > MAX_TIMEOUT_SECONDS => {
+            r.error(&sp, format!("`timeout_seconds` is {t}: allowed values are greater than 0 and at most 300 (main_server's limit); work that takes longer should answer at once and report back another way"));
+            None
+        }
+        Some((t, _)) => Some(t),
+        None if r.get("timeout_seconds").is_some() => None,
+        None => Some(30.0),
+    };
+
+    let role = match r.string("role") {
+        Some((s, sp)) if s.is_empty() => {
+            r.error(
+                &sp,
+                "`role` is the empty string: omit the key to offer the tool to every role",
+            );
+            None
+        }
+        Some((s, _)) => Some(Some(s)),
+        None if r.get("role").is_some() => None,
+        None => Some(None),
+    };
+
+    let handler = match r.table("handler") {
+        Some((t, sp)) => read_handler(src, t, sp, base, ctx, &r.what.clone(), r.diags),
+        None => {
+            if r.get("handler").is_none() {
+                r.missing(
+                    "handler",
+                    "say how calls reach the plugin, e.g. handler = { type = \"http\", url = \"http://127.0.0.1:9876/tool\" } or handler = { type = \"exec\", command = [\"python3\", \"tool.py\"] }",
+                );
+            }
+            None
+        }
+    };
+
+    let validate_arguments = r.boolean("validate_arguments").is_none_or(|(b, _)| b);
+    let max_concurrency = match r.integer("max_concurrency") {
+        Some((n, sp)) if !(1..=MAX_CONCURRENCY_LIMIT).contains(&n) => {
+            r.error(&sp, format!("`max_concurrency` is {n}: allowed values are 1 to {MAX_CONCURRENCY_LIMIT} (omit it for no limit)"));
+            None
+        }
+        Some((n, _)) => NonZeroUsize::new(n as usize),
+        None => None,
+    };
+
+    let errors_after = r.diags.iter().filter(|d| d.is_error()).count();
+    if errors_after > errors_before {
+        return None;
+    }
+    let (parameters, validator) = parameters?;
+    Some(ToolSpec {
+        name: name?,
+        description: description?,
+        parameters,
+        validator: Arc::new(validator),
+        timeout_seconds: timeout_seconds?,
+        role: role?,
+        handler: handler?,
+        validate_arguments,
+        max_concurrency,
+        origin: Origin {
+            file: src.path.to_path_buf(),
+            line: pos.line,
+            col: pos.col,
+        },
+    })
+}
+
+/// `[A-Za-z0-9_.\-]{1,64}`: the SDK's rule, since names go into URL paths.
+pub fn valid_name(n: &str) -> bool {
+    (1..=64).contains(&n.len())
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+fn read_parameters(
+    r: &mut TableReader<'_, '_>,
+    base: &Path,
+) -> Option<(Json, jsonschema::Validator)> {
+    let inline = r.get("parameters");
+    let file = r.get("parameters_file");
+    if let (Some(_), Some(f)) = (inline, file) {
+        let msg = format!(
+            "{} has both `parameters` and `parameters_file`: keep one",
+            r.what
+        );
+        r.error(&f.span(), msg);
+        return None;
+    }
+    if let Some(item) = inline {
+        if !item.get_ref().is_table() {
+            let msg = format!(
+                "`parameters` of {} must be a table holding a JSON Schema, found {}",
+                r.what,
+                type_name(item.get_ref())
+            );
+            r.error(&item.span(), msg);
+            return None;
+        }
+        let json = tomldoc::to_json(r.src, item, r.diags)?;
+        return match schema::compile(&json) {
+            Ok(v) => Some((json, v)),
+            Err(problems) => {
+                for p in problems {
+                    let sp = tomldoc::span_at_pointer(item, &p.pointer);
+                    let at = if p.pointer.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (at {})", p.pointer)
+                    };
+                    let msg = format!("`parameters` of {}: {}{at}", r.what, p.message);
+                    r.error(&sp, msg);
+                }
+                None
+            }
+        };
+    }
+    if file.is_some() {
+        let (rel, sp) = r.string("parameters_file")?;
+        let path = absolutize(base, &rel);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) => {
+                let msg = format!(
+                    "`parameters_file` \"{rel}\" of {} cannot be read ({}): {e}",
+                    r.what,
+                    path.display()
+                );
+                r.error(&sp, msg);
+                return None;
+            }
+        };
+        let json: Json = match serde_json::from_str(&text) {
+            Ok(j) => j,
+            Err(e) => {
+                let at = crate::diag::Position {
+                    line: e.line(),
+                    col: e.column(),
+                };
+                r.diags.push(Diagnostic::error(
+                    &path,
+                    Some(at),
+                    format!(
+                        "not JSON ({e}): `parameters_file` of {} must hold a JSON Schema",
+                        r.what
+                    ),
+                ));
+                return None;
+            }
+        };
+        return match schema::compile(&json) {
+            Ok(v) => Some((json, v)),
+            Err(problems) => {
+                for p in problems {
+                    let at = if p.pointer.is_empty() {
+                        "the root".to_string()
+                    } else {
+                        p.pointer.clone()
+                    };
+                    r.diags.push(Diagnostic::error(
+                        &path,
+                        None,
+                        format!("at {at}: {} (the parameters of {})", p.message, r.what),
+                    ));
+                }
+                None
+            }
+        };
+    }
+    let json = default_parameters();
+    match schema::compile(&json) {
+        Ok(v) => Some((json, v)),
+        Err(_) => None,
+    }
+}
+
+fn read_handler(
+    src: &SourceText<'_>,
+    table: &DeTable<'_>,
+    span: Range<usize>,
+    base: &Path,
+    ctx: &LoadContext,
+    tool: &str,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<Handler> {
+    let mut r = TableReader::new(src, table, span, format!("the handler of {tool}"), diags);
+    let kind = match r.string("type") {
+        Some((k, sp)) => match k.as_str() {
+            "http" | "exec" => k,
+            _ => {
+                let msg = format!(
+                    "handler `type` \"{k}\" is unknown: allowed types are \"http\" (POST to an endpoint of the plugin) and \"exec\" (run a command per call)"
+                );
+                r.error(&sp, msg);
+                return None;
+            }
+        },
+        None => {
+            if r.get("type").is_none() {
+                r.missing("type", "\"http\" or \"exec\"");
+            }
+            return None;
+        }
+    };
+    if kind == "http" {
+        r.deny_unknown(HTTP_KEYS);
+        read_http(&mut r, base, ctx).map(Handler::Http)
+    } else {
+        r.deny_unknown(EXEC_KEYS);
+        read_exec(&mut r, base).map(Handler::Exec)
+    }
+}
+
+fn read_http(r: &mut TableReader<'_, '_>, base: &Path, ctx: &LoadContext) -> Option<HttpHandler> {
+    let unix_socket = r.string("unix_socket").map(|(s, sp)| {
+        if s.is_empty() {
+            r.error(&sp, "`unix_socket` is empty: give the socket's path");
+        }
+        absolutize(base, &s)
+    });
+    let Some((url, sp)) = r.string("url") else {
+        if r.get("url").is_none() {
+            r.missing("url", "the plugin endpoint to POST calls to, e.g. url = \"http://127.0.0.1:9876/weather\"");
+        }
+        return None;
+    };
+    let parsed = match reqwest::Url::parse(&url) {
+        Ok(u) => u,
+        Err(e) => {
+            r.error(&sp, format!("handler `url` \"{url}\" is not a URL ({e}): expected e.g. \"http://127.0.0.1:9876/weather\""));
+            return None;
+        }
+    };
+    match parsed.scheme() {
+        "http" => {}
+        "https" => {
+            r.error(&sp, format!("handler `url` \"{url}\" uses https: handlers are reached on this machine over plain http (this build has no TLS)"));
+            return None;
+        }
+        other => {
+            r.error(&sp, format!("handler `url` \"{url}\" has scheme `{other}`: only http is allowed (for a unix socket, add unix_socket = \"/path/to.sock\")"));
+            return None;
+        }
+    }
+    // Over a unix socket the host part is only a Host header.
+    if unix_socket.is_none() && !ctx.allow_remote_handlers && !url_host_is_loopback(&parsed) {
+        r.error(
+            &sp,
+            format!("handler `url` \"{url}\" is not on loopback: the sidecar would become the off-box proxy that main_server's loopback rule exists to prevent; use 127.0.0.1, ::1 or localhost, or set allow_remote_handlers = true in the agent config"),
+        );
+        return None;
+    }
+    Some(HttpHandler { url, unix_socket })
+}
+
+fn url_host_is_loopback(u: &reqwest::Url) -> bool {
+    match u.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => is_loopback(ip.into()),
+        Some(url::Host::Ipv6(ip)) => is_loopback(ip.into()),
+        None => false,
+    }
+}
+
+fn read_exec(r: &mut TableReader<'_, '_>, base: &Path) -> Option<ExecHandler> {
+    let cwd = match r.string("cwd") {
+        Some((c, sp)) => {
+            let p = absolutize(base, &c);
+            if !p.is_dir() {
+                r.error(
+                    &sp,
+                    format!("handler `cwd` \"{c}\" is not a directory ({})", p.display()),
+                );
+                return None;
+            }
+            p
+        }
+        None if r.get("cwd").is_some() => return None,
+        None => base.to_path_buf(),
+    };
+    let env = read_env(r)?;
+    let Some((command, sp)) = r.string_array("command") else {
+        if r.get("command").is_none() {
+            r.missing(
+                "command",
+                "the argv to run per call, e.g. command = [\"python3\", \"weather.py\"] (no shell)",
+            );
+        }
+        return None;
+    };
+    let Some((program, psp)) = command.first().cloned() else {
+        r.error(&sp, "`command` is empty: give the program and its arguments, e.g. [\"python3\", \"weather.py\"]");
+        return None;
+    };
+    let mut argv: Vec<String> = command.into_iter().map(|(s, _)| s).collect();
+    if program.is_empty() {
+        r.error(&psp, "the program (first element of `command`) is empty");
+        return None;
+    }
+    if program.contains('/') {
+        let p = absolutize(&cwd, &program);
+        if !p.is_file() {
+            r.error(
+                &psp,
+                format!("the program \"{program}\" does not exist ({})", p.display()),
+            );
+            return None;
+        }
+        if !is_executable(&p) {
+            r.error(&psp, format!("the program \"{program}\" is not executable ({}): chmod +x it, or run it through its interpreter, e.g. [\"sh\", \"{program}\"]", p.display()));
+            return None;
+        }
+        argv[0] = p.to_string_lossy().into_owned();
+    } else if find_in_path(&program).is_none() {
+        r.warning(&psp, format!("the program `{program}` is not on PATH: calls of this tool will fail until it is installed"));
+    }
+    Some(ExecHandler {
+        command: argv,
+        cwd,
+        env,
+    })
+}
+
+fn read_env(r: &mut TableReader<'_, '_>) -> Option<BTreeMap<String, String>> {
+    let mut env = BTreeMap::new();
+    let Some((t, _)) = r.table("env") else {
+        return if r.get("env").is_some() {
+            None
+        } else {
+            Some(env)
+        };
+    };
+    let mut ok = true;
+    for (k, v) in t.iter() {
+        let key = k.get_ref().to_string();
+        if key.is_empty() || key.contains('=') || key.contains('\0') {
+            r.error(&k.span(), format!("environment variable name \"{key}\" is not allowed: it must be non-empty with no `=` or NUL"));
+            ok = false;
+            continue;
+        }
+        match v.get_ref() {
+            DeValue::String(s) if !s.contains('\0') => {
+                env.insert(key, s.to_string());
+            }
+            DeValue::String(_) => {
+                r.error(
+                    &v.span(),
+                    format!("environment variable `{key}` contains a NUL byte"),
+                );
+                ok = false;
+            }
+            other => {
+                r.error(
+                    &v.span(),
+                    format!(
+                        "environment variable `{key}` must be a string, found {}",
+                        type_name(other)
+                    ),
+                );
+                ok = false;
+            }
+        }
+    }
+    ok.then_some(env)
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
+}
+
+/// Where a bare program name would be found, as execvp looks it up.
+pub fn find_in_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file() && is_executable(p))
+}

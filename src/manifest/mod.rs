@@ -1,0 +1,108 @@
+//! Tool manifests: the declarative description of each tool a plugin offers.
+//!
+//! A manifest is a `*.toml` file with one or more `[[tool]]` tables. This
+//! module owns the validated types (`ToolSpec`, `Handler`); `load` turns one
+//! file into them with every problem located, `scan` finds the files, and
+//! `schema` checks JSON Schemas. Nothing here talks to main_server.
+
+mod load;
+pub mod scan;
+pub mod schema;
+
+use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value as Json;
+
+pub use load::{LoadContext, ManifestFile, find_in_path, load_file, parse_manifest, valid_name};
+
+/// The default JSON Schema when a tool takes no parameters, as main_server
+/// itself defaults it.
+pub fn default_parameters() -> Json {
+    serde_json::json!({"type": "object", "properties": {}})
+}
+
+/// Where a tool was declared, for messages ("tools/weather.toml:3:1").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub file: PathBuf,
+    pub line: usize,
+    pub col: usize,
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.file.display(), self.line, self.col)
+    }
+}
+
+/// One validated tool: what main_server is told and how calls are served.
+#[derive(Debug, Clone)]
+pub struct ToolSpec {
+    /// `[A-Za-z0-9_.\-]{1,64}`, unique within one sidecar.
+    pub name: String,
+    pub description: String,
+    /// A meta-validated JSON Schema whose root is `type: object`.
+    pub parameters: Json,
+    /// Compiled once per load; argument validation uses it on every call.
+    pub validator: Arc<jsonschema::Validator>,
+    /// In (0, 300]; both main_server's call timeout and our deadline base.
+    pub timeout_seconds: f64,
+    /// `None`: every role (main_server's `role: null`).
+    pub role: Option<String>,
+    pub handler: Handler,
+    /// Check arguments against `parameters` before the handler runs.
+    pub validate_arguments: bool,
+    /// At most this many calls run at once; `None` is unbounded.
+    pub max_concurrency: Option<NonZeroUsize>,
+    pub origin: Origin,
+}
+
+impl ToolSpec {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.timeout_seconds)
+    }
+}
+
+/// How a call reaches the plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handler {
+    /// POST the callback JSON to an HTTP endpoint of the plugin.
+    Http(HttpHandler),
+    /// Run a process per call, callback JSON on stdin, answer on stdout.
+    Exec(ExecHandler),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpHandler {
+    /// The request URL. With `unix_socket`, only its path and query matter.
+    pub url: String,
+    /// Connect through this unix socket instead of TCP (absolute path).
+    pub unix_socket: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecHandler {
+    /// argv; `command[0]` is a bare name looked up in PATH or an absolute
+    /// path (relative paths with a `/` were resolved against `cwd`).
+    pub command: Vec<String>,
+    /// Absolute working directory (default: the manifest's folder).
+    pub cwd: PathBuf,
+    /// Added to the sidecar's environment.
+    pub env: BTreeMap<String, String>,
+}
+
+impl std::fmt::Display for Handler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Handler::Http(h) => match &h.unix_socket {
+                Some(s) => write!(f, "http {} via unix:{}", h.url, s.display()),
+                None => write!(f, "http {}", h.url),
+            },
+            Handler::Exec(e) => write!(f, "exec {}", e.command.join(" ")),
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! JSON Schema checks for tool parameters: meta-validation, the object-root
+//! rule, and compilation into the validator used on every call.
+//!
+//! Problems come back as JSON pointers into the schema so the caller can place
+//! them in the file the schema came from. Remote `$ref`s are never fetched
+//! (jsonschema is built without its resolvers): a schema must be self-contained.
+
+use serde_json::Value as Json;
+
+/// One problem with a schema, at a JSON pointer into it ("" is the root).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaProblem {
+    pub pointer: String,
+    pub message: String,
+}
+
+impl SchemaProblem {
+    fn new(pointer: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            pointer: pointer.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The `$schema` values we can meta-validate, without and with the
+/// trailing `#` that many documents carry.
+const KNOWN_DRAFTS: &[&str] = &[
+    "http://json-schema.org/draft-04/schema",
+    "http://json-schema.org/draft-06/schema",
+    "http://json-schema.org/draft-07/schema",
+    "https://json-schema.org/draft/2019-09/schema",
+    "https://json-schema.org/draft/2020-12/schema",
+];
+
+/// Checks a tool's `parameters` schema and compiles it.
+pub fn compile(schema: &Json) -> Result<jsonschema::Validator, Vec<SchemaProblem>> {
+    let Json::Object(root) = schema else {
+        return Err(vec![SchemaProblem::new(
+            "",
+            "the parameters schema must be a JSON object",
+        )]);
+    };
+    if let Some(s) = root.get("$schema") {
+        let known = s
+            .as_str()
+            .map(|s| s.trim_end_matches('#'))
+            .is_some_and(|s| KNOWN_DRAFTS.contains(&s));
+        if !known {
+            return Err(vec![SchemaProblem::new(
+                "/$schema",
+                format!(
+                    "unknown `$schema` {s}: use one of the drafts {} (or omit it for 2020-12)",
+                    KNOWN_DRAFTS.join(", ")
+                ),
+            )]);
+        }
+    }
+
+    let mut problems = Vec::new();
+    match jsonschema::meta::validator_for(schema) {
+        Ok(meta) => {
+            for e in meta.iter_errors(schema) {
+                problems.push(SchemaProblem::new(
+                    e.instance_path().as_str(),
+                    format!("not a valid JSON Schema: {e}"),
+                ));
+            }
+        }
+        Err(e) => problems.push(SchemaProblem::new(
+            "",
+            format!("cannot load the meta-schema: {e}"),
+        )),
+    }
+    match root.get("type") {
+        Some(Json::String(t)) if t == "object" => {}
+        Some(other) => problems.push(SchemaProblem::new(
+            "/type",
+            format!("the root `type` is {other}, but must be \"object\": tool arguments are an object of named parameters"),
+        )),
+        None => problems.push(SchemaProblem::new(
+            "",
+            "the schema has no root `type`: add type = \"object\" (tool arguments are an object of named parameters)",
+        )),
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    jsonschema::validator_for(schema).map_err(|e| {
+        vec![SchemaProblem::new(
+            e.instance_path().as_str(),
+            format!("the schema cannot be compiled: {e}"),
+        )]
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn accepts_an_openai_style_schema() {
+        let v = compile(&json!({
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "City"}},
+            "required": ["city"],
+            "additionalProperties": false
+        }))
+        .unwrap();
+        assert!(v.is_valid(&json!({"city": "東京"})));
+        assert!(!v.is_valid(&json!({})));
+    }
+
+    #[test]
+    fn meta_validation_points_at_the_bad_keyword() {
+        let err = compile(&json!({"type": "object", "properties": {"n": {"type": "integr"}}}))
+            .unwrap_err();
+        assert_eq!(err.len(), 1, "{err:?}");
+        assert_eq!(err[0].pointer, "/properties/n/type");
+        assert!(
+            err[0].message.starts_with("not a valid JSON Schema"),
+            "{}",
+            err[0].message
+        );
+    }
+
+    #[test]
+    fn root_must_be_an_object_type() {
+        let err = compile(&json!({"type": "string"})).unwrap_err();
+        assert_eq!(err[0].pointer, "/type");
+        assert!(err[0].message.contains("must be \"object\""));
+        let err = compile(&json!({"properties": {}})).unwrap_err();
+        assert!(err[0].message.contains("no root `type`"));
+        let err = compile(&json!([1])).unwrap_err();
+        assert!(err[0].message.contains("must be a JSON object"));
+    }
+
+    #[test]
+    fn unknown_draft_is_an_error_not_a_panic() {
+        let err =
+            compile(&json!({"$schema": "http://example.com/s", "type": "object"})).unwrap_err();
+        assert_eq!(err[0].pointer, "/$schema");
+        assert!(
+            compile(
+                &json!({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"})
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn uncompilable_pattern_is_reported() {
+        let err = compile(
+            &json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}}),
+        )
+        .unwrap_err();
+        assert!(!err.is_empty());
+    }
+
+    #[test]
+    fn remote_refs_are_not_fetched() {
+        let err = compile(
+            &json!({"type": "object", "properties": {"a": {"$ref": "http://example.com/x.json"}}}),
+        )
+        .unwrap_err();
+        assert!(err[0].message.contains("cannot be compiled"), "{err:?}");
+    }
+}
