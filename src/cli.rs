@@ -35,6 +35,9 @@ pub struct CheckArgs {
     /// Path of the agent config file.
     #[arg(long, short = 'c', default_value = DEFAULT_CONFIG_PATH, env = "NEKO_SIDECAR_CONFIG")]
     pub config: PathBuf,
+    /// Also list every tool that would be registered, with its fingerprint.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
 }
 
 #[derive(Debug, Args)]

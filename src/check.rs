@@ -1,0 +1,117 @@
+//! `neko-sidecar check`: load the agent config and every manifest, and report
+//! all problems at once, like `nginx -t`.
+//!
+//! The same loading path as the daemon (config, scan, per-file load, desired
+//! state assembly), so a deployment that passes `check` starts. This module
+//! renders; it never registers anything.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::config::{self, AgentConfig};
+use crate::desired::DesiredState;
+use crate::diag::{self, Diagnostic, plural};
+use crate::manifest::{self, LoadContext, ManifestFile};
+
+/// Everything the daemon would load, and every problem found on the way.
+#[derive(Debug)]
+pub struct Loaded {
+    pub config: Option<AgentConfig>,
+    pub files: Vec<ManifestFile>,
+    pub desired: Option<DesiredState>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Loaded {
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+}
+
+/// Loads the manifests named by a valid config.
+pub fn load_manifests(cfg: &AgentConfig) -> (Vec<ManifestFile>, DesiredState, Vec<Diagnostic>) {
+    let (paths, mut diags) = manifest::scan::manifest_files(&cfg.manifest_dirs);
+    let ctx = LoadContext {
+        allow_remote_handlers: cfg.handlers.allow_remote,
+    };
+    let files: Vec<ManifestFile> = paths.iter().map(|p| manifest::load_file(p, &ctx)).collect();
+    for f in &files {
+        diags.extend(f.diagnostics.iter().cloned());
+    }
+    let (desired, dup) = DesiredState::assemble(&cfg.source, &files);
+    diags.extend(dup);
+    (files, desired, diags)
+}
+
+/// Loads the config and, when it is valid, every manifest it names.
+pub fn load_all(config_path: &Path) -> Loaded {
+    let (config, mut diagnostics) = config::load(config_path);
+    let Some(cfg) = config else {
+        return Loaded {
+            config: None,
+            files: Vec::new(),
+            desired: None,
+            diagnostics,
+        };
+    };
+    let (files, desired, diags) = load_manifests(&cfg);
+    diagnostics.extend(diags);
+    Loaded {
+        config: Some(cfg),
+        files,
+        desired: Some(desired),
+        diagnostics,
+    }
+}
+
+/// The text `check` prints, and whether the deployment is valid.
+pub fn render(loaded: &Loaded, verbose: bool) -> (String, bool) {
+    let mut out = String::new();
+    for d in &loaded.diagnostics {
+        let _ = writeln!(out, "{d}");
+    }
+    let (errors, warnings) = diag::count(&loaded.diagnostics);
+    let tools = loaded.desired.as_ref().map_or(0, DesiredState::len);
+    let files = loaded.files.len();
+    if verbose {
+        if let Some(desired) = &loaded.desired {
+            for t in desired.tools.values() {
+                let s = &t.spec;
+                let _ = writeln!(
+                    out,
+                    "tool {:<24} role={:<10} timeout={}s handler={} fingerprint={} ({})",
+                    s.name,
+                    s.role.as_deref().unwrap_or("*"),
+                    s.timeout_seconds,
+                    s.handler,
+                    t.fingerprint,
+                    s.origin
+                );
+            }
+        }
+    }
+    if let Some(cfg) = &loaded.config {
+        let _ = writeln!(
+            out,
+            "source tag \"{}\": it marks this sidecar's registrations, so no other sidecar may use it",
+            cfg.source
+        );
+    }
+    let what = format!("{} in {}", plural(tools, "tool"), plural(files, "file"));
+    let ok = errors == 0;
+    if ok {
+        if warnings == 0 {
+            let _ = writeln!(out, "{what}: ok");
+        } else {
+            let _ = writeln!(out, "{what}: ok ({})", plural(warnings, "warning"));
+        }
+    } else {
+        let _ = writeln!(
+            out,
+            "{what}: failed with {} and {}",
+            plural(errors, "error"),
+            plural(warnings, "warning")
+        );
+    }
+    (out, ok)
+}
