@@ -12,5 +12,6 @@ pub mod desired;
 pub mod devserver;
 pub mod diag;
 pub mod duration;
+pub mod logging;
 pub mod manifest;
 pub mod tomldoc;

@@ -163,6 +163,9 @@ pub fn parse_manifest(path: &Path, text: &str, ctx: &LoadContext) -> ManifestFil
             }
         },
     }
+    // Report in reading order, whatever order the checks ran in. The sort is
+    // stable, and diagnostics of other files (schema files) keep their place.
+    diags.sort_by_key(|d| if d.path == path { d.position } else { None });
     let has_errors = diags.iter().any(Diagnostic::is_error);
     ManifestFile {
         path: path.to_path_buf(),
@@ -182,7 +185,6 @@ fn read_tool(
     let errors_before = diags.iter().filter(|d| d.is_error()).count();
     let pos = src.position(&span);
     let mut r = TableReader::new(src, table, span, "[[tool]]", diags);
-    r.deny_unknown(TOOL_KEYS);
 
     let name = match r.string("name") {
         Some((n, sp)) => {
@@ -209,6 +211,9 @@ fn read_tool(
             None
         }
     };
+
+    // After the name, so that messages can say which tool.
+    r.deny_unknown(TOOL_KEYS);
 
     let description = match r.string("description") {
         Some((d, sp)) if d.trim().is_empty() => {

@@ -33,6 +33,33 @@ const KNOWN_DRAFTS: &[&str] = &[
     "https://json-schema.org/draft/2020-12/schema",
 ];
 
+const JSON_TYPES: &[&str] = &[
+    "array", "boolean", "integer", "null", "number", "object", "string",
+];
+
+/// A plain message for the commonest schema mistake, a misspelt `type`:
+/// the meta-schema's own error there is an opaque "anyOf" failure.
+fn type_keyword_message(pointer: &str, instance: &Json) -> Option<String> {
+    let (parent, last) = pointer.rsplit_once('/')?;
+    // `/properties/type` is a property named "type", not the keyword.
+    if last != "type" || parent.ends_with("/properties") {
+        return None;
+    }
+    let bad: Vec<&Json> = match instance {
+        Json::String(_) => vec![instance],
+        Json::Array(items) => items
+            .iter()
+            .filter(|t| !t.as_str().is_some_and(|t| JSON_TYPES.contains(&t)))
+            .collect(),
+        _ => return None,
+    };
+    let first = bad.first()?;
+    Some(format!(
+        "{first} is not a JSON Schema type: allowed types are {}",
+        JSON_TYPES.join(", ")
+    ))
+}
+
 /// Checks a tool's `parameters` schema and compiles it.
 pub fn compile(schema: &Json) -> Result<jsonschema::Validator, Vec<SchemaProblem>> {
     let Json::Object(root) = schema else {
@@ -61,10 +88,10 @@ pub fn compile(schema: &Json) -> Result<jsonschema::Validator, Vec<SchemaProblem
     match jsonschema::meta::validator_for(schema) {
         Ok(meta) => {
             for e in meta.iter_errors(schema) {
-                problems.push(SchemaProblem::new(
-                    e.instance_path().as_str(),
-                    format!("not a valid JSON Schema: {e}"),
-                ));
+                let pointer = e.instance_path().as_str().to_string();
+                let message = type_keyword_message(&pointer, e.instance())
+                    .unwrap_or_else(|| format!("not a valid JSON Schema: {e}"));
+                problems.push(SchemaProblem::new(pointer, message));
             }
         }
         Err(e) => problems.push(SchemaProblem::new(
@@ -118,10 +145,21 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.len(), 1, "{err:?}");
         assert_eq!(err[0].pointer, "/properties/n/type");
+        assert_eq!(
+            err[0].message,
+            "\"integr\" is not a JSON Schema type: allowed types are array, boolean, integer, null, number, object, string"
+        );
+        let err =
+            compile(&json!({"type": "object", "properties": {"n": {"minimum": "x"}}})).unwrap_err();
+        assert_eq!(err[0].pointer, "/properties/n/minimum");
         assert!(
             err[0].message.starts_with("not a valid JSON Schema"),
             "{}",
             err[0].message
+        );
+        // A property named "type" is not the keyword.
+        assert!(
+            compile(&json!({"type": "object", "properties": {"type": {"type": "string"}}})).is_ok()
         );
     }
 
