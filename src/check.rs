@@ -43,9 +43,11 @@ pub fn load_manifests(cfg: &AgentConfig) -> (Vec<ManifestFile>, DesiredState, Ve
     (files, desired, diags)
 }
 
-/// Loads the config and, when it is valid, every manifest it names.
+/// Loads the config and every manifest it names. A config with errors still
+/// names its manifest directories (bad values fall back to defaults), so the
+/// manifests are checked too and every problem is reported in one run.
 pub fn load_all(config_path: &Path) -> Loaded {
-    let (config, mut diagnostics) = config::load(config_path);
+    let (config, mut diagnostics) = config::load_partial(config_path);
     let Some(cfg) = config else {
         return Loaded {
             config: None,
@@ -54,10 +56,11 @@ pub fn load_all(config_path: &Path) -> Loaded {
             diagnostics,
         };
     };
+    let config_ok = !diagnostics.iter().any(Diagnostic::is_error);
     let (files, desired, diags) = load_manifests(&cfg);
     diagnostics.extend(diags);
     Loaded {
-        config: Some(cfg),
+        config: config_ok.then_some(cfg),
         files,
         desired: Some(desired),
         diagnostics,

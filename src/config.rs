@@ -109,40 +109,37 @@ const TOP_KEYS: &[&str] = &[
 /// Reads and validates a config file. Returns the config (when it has no
 /// errors) and every diagnostic, warnings included.
 pub fn load(path: &Path) -> (Option<AgentConfig>, Vec<Diagnostic>) {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) => {
-            return (
-                None,
-                vec![Diagnostic::error(
-                    path,
-                    None,
-                    format!("cannot read the agent config: {e}"),
-                )],
-            );
-        }
-    };
-    let text = match String::from_utf8(bytes) {
-        Ok(t) => t,
-        Err(e) => {
-            return (
-                None,
-                vec![Diagnostic::error(
-                    path,
-                    None,
-                    format!(
-                        "the agent config is not valid UTF-8 (first bad byte at offset {}): TOML files must be UTF-8",
-                        e.utf8_error().valid_up_to()
-                    ),
-                )],
-            );
-        }
-    };
-    parse(path, &text)
+    let (cfg, diags) = load_partial(path);
+    if diags.iter().any(Diagnostic::is_error) {
+        (None, diags)
+    } else {
+        (cfg, diags)
+    }
+}
+
+/// Like `load`, but a config with errors still comes back, its bad values
+/// replaced by defaults (and an empty `source` when that was the problem), so
+/// that `check` can go on to the manifests and report everything at once.
+/// `None` only when the file cannot be read or is not TOML. Never run a
+/// daemon on a partial config.
+pub fn load_partial(path: &Path) -> (Option<AgentConfig>, Vec<Diagnostic>) {
+    match crate::diag::read_utf8(path, "the agent config") {
+        Ok(text) => parse_partial(path, &text),
+        Err(d) => (None, vec![d]),
+    }
 }
 
 /// Validates config text; `path` locates messages and anchors relative paths.
 pub fn parse(path: &Path, text: &str) -> (Option<AgentConfig>, Vec<Diagnostic>) {
+    let (cfg, diags) = parse_partial(path, text);
+    if diags.iter().any(Diagnostic::is_error) {
+        (None, diags)
+    } else {
+        (cfg, diags)
+    }
+}
+
+fn parse_partial(path: &Path, text: &str) -> (Option<AgentConfig>, Vec<Diagnostic>) {
     let src = SourceText::new(path, text);
     let mut diags = Vec::new();
     let doc = match tomldoc::parse(&src) {
@@ -151,12 +148,7 @@ pub fn parse(path: &Path, text: &str) -> (Option<AgentConfig>, Vec<Diagnostic>) 
     };
     let base = path.parent().unwrap_or(Path::new("."));
     let cfg = build(&src, doc.get_ref(), doc.span(), base, &mut diags);
-    let cfg = if diags.iter().any(Diagnostic::is_error) {
-        None
-    } else {
-        cfg
-    };
-    (cfg, diags)
+    (Some(cfg), diags)
 }
 
 fn build(
@@ -165,7 +157,7 @@ fn build(
     span: std::ops::Range<usize>,
     base: &Path,
     diags: &mut Vec<Diagnostic>,
-) -> Option<AgentConfig> {
+) -> AgentConfig {
     let mut top = TableReader::new(src, doc, span.start..span.start, "the agent config", diags);
     top.deny_unknown(TOP_KEYS);
 
@@ -315,10 +307,17 @@ fn build(
         };
         let level = match r.string("level") {
             Some((s, sp)) => {
-                if tracing_subscriber::EnvFilter::try_new(&s).is_err() {
+                // A bare word is a target name to EnvFilter, so a typo such as
+                // "inof" would silently mean "nothing": bare words must be levels.
+                let bare = !s.contains(['=', ',']);
+                let is_level = matches!(
+                    s.to_ascii_lowercase().as_str(),
+                    "error" | "warn" | "info" | "debug" | "trace" | "off"
+                );
+                if (bare && !is_level) || tracing_subscriber::EnvFilter::try_new(&s).is_err() {
                     r.error(
                         &sp,
-                        format!("`level` \"{s}\" is not a log filter: use error, warn, info, debug or trace (or a tracing directive such as \"neko_sidecar=debug\")"),
+                        format!("`level` \"{s}\" is not a log level: use error, warn, info, debug, trace or off (or a tracing directive such as \"neko_sidecar=debug\")"),
                     );
                 }
                 s
@@ -328,9 +327,9 @@ fn build(
         LogConfig { format, level }
     });
 
-    Some(AgentConfig {
+    AgentConfig {
         path: src.path.to_path_buf(),
-        source: source?,
+        source: source.unwrap_or_default(),
         manifest_dirs,
         main_server,
         callback,
@@ -338,7 +337,7 @@ fn build(
         registration,
         shutdown_deadline,
         log,
-    })
+    }
 }
 
 /// Reads an optional sub-table with `f`; an absent table reads as empty so
@@ -491,13 +490,31 @@ pub fn is_loopback(ip: IpAddr) -> bool {
 }
 
 /// Resolves `p` against `base` unless it is already absolute.
+/// `.` components are dropped so messages read `tools/x.sh`, not
+/// `tools/./x.sh`; `..` is kept (dropping it would change the meaning across
+/// symlinks).
 pub fn absolutize(base: &Path, p: &str) -> PathBuf {
     let p = Path::new(p);
-    if p.is_absolute() {
+    let joined = if p.is_absolute() {
         p.to_path_buf()
     } else {
         base.join(p)
+    };
+    let clean: PathBuf = joined
+        .components()
+        .filter(|c| !matches!(c, std::path::Component::CurDir))
+        .collect();
+    if clean.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        clean
     }
+}
+
+/// The absolute form of a path, for what runs (a process's cwd or program),
+/// where a path relative to our own working directory would break.
+pub fn runtime_path(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
 #[cfg(test)]

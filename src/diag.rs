@@ -43,6 +43,9 @@ pub struct Diagnostic {
     pub position: Option<Position>,
     pub severity: Severity,
     pub message: String,
+    /// Where to sort this diagnostic among another file's: a schema file's
+    /// problems sort at the `parameters_file` key that named it.
+    pub anchor: Option<Position>,
 }
 
 impl Diagnostic {
@@ -52,6 +55,7 @@ impl Diagnostic {
             position,
             severity: Severity::Error,
             message: message.into(),
+            anchor: None,
         }
     }
 
@@ -61,7 +65,14 @@ impl Diagnostic {
             position,
             severity: Severity::Warning,
             message: message.into(),
+            anchor: None,
         }
+    }
+
+    /// Sort this (another file's) diagnostic at `anchor`.
+    pub fn anchored(mut self, anchor: Position) -> Self {
+        self.anchor = Some(anchor);
+        self
     }
 
     pub fn is_error(&self) -> bool {
@@ -158,6 +169,28 @@ impl<'a> SourceText<'a> {
     pub fn warning(&self, span: &Range<usize>, message: impl Into<String>) -> Diagnostic {
         Diagnostic::warning(self.path, Some(self.position(span)), message)
     }
+}
+
+/// Reads a text file that must be UTF-8; `what` names it in messages
+/// ("the manifest", "the agent config"). A bad byte is located by line and
+/// column like any other problem.
+pub fn read_utf8(path: &Path, what: &str) -> Result<String, Diagnostic> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| Diagnostic::error(path, None, format!("cannot read {what}: {e}")))?;
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        let bytes = e.as_bytes();
+        let prefix = std::str::from_utf8(&bytes[..at]).unwrap_or("");
+        let pos = LineIndex::new(prefix).position(prefix, at);
+        Diagnostic::error(
+            path,
+            Some(pos),
+            format!(
+                "{what} is not valid UTF-8 (byte 0x{:02x}): TOML files must be UTF-8",
+                bytes.get(at).copied().unwrap_or(0)
+            ),
+        )
+    })
 }
 
 /// Counts of a diagnostic list, for summaries.

@@ -257,6 +257,12 @@ fn number_of(v: &DeValue<'_>) -> Option<f64> {
 
 /// The closest known word to `word`, when it is close enough to be a typo.
 pub fn suggest<'k>(word: &str, known: &[&'k str]) -> Option<&'k str> {
+    // A shortened key ("timeout" for "timeout_seconds") is a typo too.
+    if word.len() >= 4 {
+        if let Some(k) = known.iter().find(|k| k.starts_with(word)) {
+            return Some(k);
+        }
+    }
     known
         .iter()
         .map(|k| (strsim::damerau_levenshtein(word, k), *k))
@@ -355,7 +361,8 @@ mod tests {
     fn suggests_close_keys_only() {
         let known = ["name", "description", "parameters", "timeout_seconds"];
         assert_eq!(suggest("nmae", &known), Some("name"));
-        assert_eq!(suggest("timeout", &known), None);
+        assert_eq!(suggest("timeout", &known), Some("timeout_seconds"));
+        assert_eq!(suggest("nam", &known), Some("name"));
         assert_eq!(suggest("timeout_second", &known), Some("timeout_seconds"));
         assert_eq!(suggest("paramters", &known), Some("parameters"));
         assert_eq!(suggest("zzz", &known), None);

@@ -6,7 +6,8 @@
 //! - `agent.toml`: the config (absent in `config_file_missing`); its
 //!   `manifest_dirs` point into the case directory, usually at `tools/`;
 //! - the manifests and whatever files they name;
-//! - `expected.txt`: the exact stdout, paths relative to the case directory;
+//! - `expected.txt`: the exact stdout, paths relative to the case directory
+//!   (absolute ones, resolved for spawning, start with `$CASE`);
 //! - `expected_exit`: the exit code, `0` (valid, warnings allowed) or `1`;
 //! - `args` (optional): extra arguments of `check`, one per line (e.g. `-v`).
 //!
@@ -113,7 +114,13 @@ fn check_fixture(case: &str) {
     let args_text = std::fs::read_to_string(dir.join("args")).unwrap_or_default();
     let mut args: Vec<&str> = args_text.lines().filter(|l| !l.is_empty()).collect();
     args.extend(["--config", "agent.toml"]);
-    let out = run_check(&dir, &args, None);
+    let mut out = run_check(&dir, &args, None);
+    // What is resolved for spawning (an exec program, a unix socket) prints
+    // absolute; the case directory becomes `$CASE` so fixtures fit any checkout.
+    let case_dir = dir.display().to_string();
+    out.stdout = String::from_utf8_lossy(&out.stdout)
+        .replace(&case_dir, "$CASE")
+        .into_bytes();
     if std::env::var_os("BLESS").is_some() {
         std::fs::write(dir.join("expected.txt"), &out.stdout).unwrap();
         let code = out.status.code().expect("killed by a signal");
@@ -239,6 +246,7 @@ fixtures! {
     config_conflict_policy_invalid,
     config_log_invalid,
     config_unknown_keys,
+    config_and_manifest_errors_together,
     config_main_server_url_https,
     config_main_server_url_invalid,
     config_main_server_url_query,
@@ -360,10 +368,10 @@ fn expected_example_output(path: &std::ffi::OsStr) -> (String, usize) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut out = String::new();
     let mut warnings = 0;
-    for (file, program) in [
-        ("convert_units.toml", "python3"),
-        ("dice.toml", "node"),
-        ("shell.toml", "sh"),
+    for (file, program, tool) in [
+        ("convert_units.toml", "python3", "convert_units"),
+        ("dice.toml", "node", "roll_dice"),
+        ("shell.toml", "sh", "server_time"),
     ] {
         if on_path(program, path) {
             continue;
@@ -372,7 +380,7 @@ fn expected_example_output(path: &std::ffi::OsStr) -> (String, usize) {
         let rel = format!("examples/tools/{file}");
         let _ = writeln!(
             out,
-            "{rel}:{}: warning: the program `{program}` is not on PATH: calls of this tool will fail until it is installed",
+            "{rel}:{}: warning: the program `{program}` of the handler of tool `{tool}` is not on PATH: calls of this tool will fail until it is installed",
             program_position(&root.join(&rel), program)
         );
     }

@@ -16,8 +16,8 @@ use serde_json::Value as Json;
 use toml::de::{DeTable, DeValue};
 
 use super::{ExecHandler, Handler, HttpHandler, Origin, ToolSpec, default_parameters, schema};
-use crate::config::{absolutize, is_loopback};
-use crate::diag::{Diagnostic, LineIndex, SourceText};
+use crate::config::{absolutize, is_loopback, runtime_path};
+use crate::diag::{Diagnostic, SourceText};
 use crate::tomldoc::{self, TableReader, type_name};
 
 /// Settings from the agent config that change how manifests are judged.
@@ -70,35 +70,9 @@ const MAX_CONCURRENCY_LIMIT: i64 = 10_000;
 
 /// Reads and validates one manifest file.
 pub fn load_file(path: &Path, ctx: &LoadContext) -> ManifestFile {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) => {
-            return ManifestFile::failed(
-                path,
-                Diagnostic::error(path, None, format!("cannot read the manifest: {e}")),
-            );
-        }
-    };
-    match String::from_utf8(bytes) {
+    match crate::diag::read_utf8(path, "the manifest") {
         Ok(text) => parse_manifest(path, &text, ctx),
-        Err(e) => {
-            let bytes = e.as_bytes();
-            let at = e.utf8_error().valid_up_to();
-            // Locate the bad byte by the valid text before it.
-            let prefix = std::str::from_utf8(&bytes[..at]).unwrap_or("");
-            let pos = LineIndex::new(prefix).position(prefix, at);
-            ManifestFile::failed(
-                path,
-                Diagnostic::error(
-                    path,
-                    Some(pos),
-                    format!(
-                        "the manifest is not valid UTF-8 (byte 0x{:02x}): TOML files must be UTF-8",
-                        bytes.get(at).copied().unwrap_or(0)
-                    ),
-                ),
-            )
-        }
+        Err(d) => ManifestFile::failed(path, d),
     }
 }
 
@@ -165,7 +139,7 @@ pub fn parse_manifest(path: &Path, text: &str, ctx: &LoadContext) -> ManifestFil
     }
     // Report in reading order, whatever order the checks ran in. The sort is
     // stable, and diagnostics of other files (schema files) keep their place.
-    diags.sort_by_key(|d| if d.path == path { d.position } else { None });
+    diags.sort_by_key(|d| if d.path == path { d.position } else { d.anchor });
     let has_errors = diags.iter().any(Diagnostic::is_error);
     ManifestFile {
         path: path.to_path_buf(),
@@ -184,7 +158,7 @@ fn read_tool(
 ) -> Option<ToolSpec> {
     let errors_before = diags.iter().filter(|d| d.is_error()).count();
     let pos = src.position(&span);
-    let mut r = TableReader::new(src, table, span, "[[tool]]", diags);
+    let mut r = TableReader::new(src, table, span, "this [[tool]]", diags);
 
     let name = match r.string("name") {
         Some((n, sp)) => {
@@ -236,7 +210,11 @@ fn read_tool(
 
     let timeout_seconds = match r.number("timeout_seconds") {
         Some((t, sp)) if t <= 0.0 || t > MAX_TIMEOUT_SECONDS => {
-            r.error(&sp, format!("`timeout_seconds` is {t}: allowed values are greater than 0 and at most 300 (main_server's limit); work that takes longer should answer at once and report back another way"));
+            let msg = format!(
+                "`timeout_seconds` of {} is {t}: allowed values are greater than 0 and at most 300 (main_server's limit); work that takes longer should answer at once and report back another way",
+                r.what
+            );
+            r.error(&sp, msg);
             None
         }
         Some((t, _)) => Some(t),
@@ -246,10 +224,11 @@ fn read_tool(
 
     let role = match r.string("role") {
         Some((s, sp)) if s.is_empty() => {
-            r.error(
-                &sp,
-                "`role` is the empty string: omit the key to offer the tool to every role",
+            let msg = format!(
+                "`role` of {} is the empty string: omit the key to offer the tool to every role",
+                r.what
             );
+            r.error(&sp, msg);
             None
         }
         Some((s, _)) => Some(Some(s)),
@@ -273,7 +252,11 @@ fn read_tool(
     let validate_arguments = r.boolean("validate_arguments").is_none_or(|(b, _)| b);
     let max_concurrency = match r.integer("max_concurrency") {
         Some((n, sp)) if !(1..=MAX_CONCURRENCY_LIMIT).contains(&n) => {
-            r.error(&sp, format!("`max_concurrency` is {n}: allowed values are 1 to {MAX_CONCURRENCY_LIMIT} (omit it for no limit)"));
+            let msg = format!(
+                "`max_concurrency` of {} is {n}: allowed values are 1 to {MAX_CONCURRENCY_LIMIT} (omit it for no limit)",
+                r.what
+            );
+            r.error(&sp, msg);
             None
         }
         Some((n, _)) => NonZeroUsize::new(n as usize),
@@ -367,6 +350,7 @@ fn read_parameters(
                 return None;
             }
         };
+        let anchor = r.src.position(&sp);
         let json: Json = match serde_json::from_str(&text) {
             Ok(j) => j,
             Err(e) => {
@@ -374,14 +358,22 @@ fn read_parameters(
                     line: e.line(),
                     col: e.column(),
                 };
-                r.diags.push(Diagnostic::error(
-                    &path,
-                    Some(at),
-                    format!(
-                        "not JSON ({e}): `parameters_file` of {} must hold a JSON Schema",
-                        r.what
-                    ),
-                ));
+                // serde_json ends its message with the place, which we print first.
+                let full = e.to_string();
+                let reason = full
+                    .rsplit_once(" at line ")
+                    .map_or(full.as_str(), |(m, _)| m);
+                r.diags.push(
+                    Diagnostic::error(
+                        &path,
+                        Some(at),
+                        format!(
+                            "not JSON ({reason}): `parameters_file` of {} must hold a JSON Schema",
+                            r.what
+                        ),
+                    )
+                    .anchored(anchor),
+                );
                 return None;
             }
         };
@@ -394,11 +386,14 @@ fn read_parameters(
                     } else {
                         p.pointer.clone()
                     };
-                    r.diags.push(Diagnostic::error(
-                        &path,
-                        None,
-                        format!("at {at}: {} (the parameters of {})", p.message, r.what),
-                    ));
+                    r.diags.push(
+                        Diagnostic::error(
+                            &path,
+                            None,
+                            format!("at {at}: {} (the parameters of {})", p.message, r.what),
+                        )
+                        .anchored(anchor),
+                    );
                 }
                 None
             }
@@ -453,7 +448,7 @@ fn read_http(r: &mut TableReader<'_, '_>, base: &Path, ctx: &LoadContext) -> Opt
         if s.is_empty() {
             r.error(&sp, "`unix_socket` is empty: give the socket's path");
         }
-        absolutize(base, &s)
+        runtime_path(&absolutize(base, &s))
     });
     let Some((url, sp)) = r.string("url") else {
         if r.get("url").is_none() {
@@ -500,22 +495,38 @@ fn url_host_is_loopback(u: &reqwest::Url) -> bool {
 }
 
 fn read_exec(r: &mut TableReader<'_, '_>, base: &Path) -> Option<ExecHandler> {
+    // Every field is checked before giving up, so one bad field does not
+    // hide the next.
     let cwd = match r.string("cwd") {
         Some((c, sp)) => {
             let p = absolutize(base, &c);
-            if !p.is_dir() {
-                r.error(
-                    &sp,
-                    format!("handler `cwd` \"{c}\" is not a directory ({})", p.display()),
+            if p.is_dir() {
+                Some(p)
+            } else {
+                let msg = format!(
+                    "`cwd` of {} \"{c}\" is not a directory ({})",
+                    r.what,
+                    p.display()
                 );
-                return None;
+                r.error(&sp, msg);
+                None
             }
-            p
         }
-        None if r.get("cwd").is_some() => return None,
-        None => base.to_path_buf(),
+        None if r.get("cwd").is_some() => None,
+        None => Some(base.to_path_buf()),
     };
-    let env = read_env(r)?;
+    let env = read_env(r);
+    let command = read_command(r, cwd.as_deref());
+    Some(ExecHandler {
+        command: command?,
+        cwd: runtime_path(&cwd?),
+        env: env?,
+    })
+}
+
+/// The argv, with a relative program path resolved against `cwd` (when
+/// `cwd` is good) and made absolute for spawning.
+fn read_command(r: &mut TableReader<'_, '_>, cwd: Option<&Path>) -> Option<Vec<String>> {
     let Some((command, sp)) = r.string_array("command") else {
         if r.get("command").is_none() {
             r.missing(
@@ -526,36 +537,53 @@ fn read_exec(r: &mut TableReader<'_, '_>, base: &Path) -> Option<ExecHandler> {
         return None;
     };
     let Some((program, psp)) = command.first().cloned() else {
-        r.error(&sp, "`command` is empty: give the program and its arguments, e.g. [\"python3\", \"weather.py\"]");
+        let msg = format!(
+            "`command` of {} is empty: give the program and its arguments, e.g. [\"python3\", \"weather.py\"]",
+            r.what
+        );
+        r.error(&sp, msg);
         return None;
     };
     let mut argv: Vec<String> = command.into_iter().map(|(s, _)| s).collect();
     if program.is_empty() {
-        r.error(&psp, "the program (first element of `command`) is empty");
+        let msg = format!(
+            "the program (first element of `command`) of {} is empty",
+            r.what
+        );
+        r.error(&psp, msg);
         return None;
     }
     if program.contains('/') {
-        let p = absolutize(&cwd, &program);
-        if !p.is_file() {
-            r.error(
-                &psp,
-                format!("the program \"{program}\" does not exist ({})", p.display()),
+        let p = absolutize(cwd?, &program);
+        let problem = if p.is_dir() {
+            Some("is a directory, not a program".to_string())
+        } else if !p.is_file() {
+            Some("does not exist".to_string())
+        } else if !is_executable(&p) {
+            Some(format!(
+                "is not executable: chmod +x it, or run it through its interpreter, e.g. [\"sh\", \"{program}\"]"
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            let msg = format!(
+                "the program \"{program}\" of {} ({}) {problem}",
+                r.what,
+                p.display()
             );
+            r.error(&psp, msg);
             return None;
         }
-        if !is_executable(&p) {
-            r.error(&psp, format!("the program \"{program}\" is not executable ({}): chmod +x it, or run it through its interpreter, e.g. [\"sh\", \"{program}\"]", p.display()));
-            return None;
-        }
-        argv[0] = p.to_string_lossy().into_owned();
+        argv[0] = runtime_path(&p).to_string_lossy().into_owned();
     } else if find_in_path(&program).is_none() {
-        r.warning(&psp, format!("the program `{program}` is not on PATH: calls of this tool will fail until it is installed"));
+        let msg = format!(
+            "the program `{program}` of {} is not on PATH: calls of this tool will fail until it is installed",
+            r.what
+        );
+        r.warning(&psp, msg);
     }
-    Some(ExecHandler {
-        command: argv,
-        cwd,
-        env,
-    })
+    Some(argv)
 }
 
 fn read_env(r: &mut TableReader<'_, '_>) -> Option<BTreeMap<String, String>> {

@@ -27,8 +27,8 @@ pub fn manifest_files(dirs: &[PathBuf]) -> (Vec<PathBuf>, Vec<Diagnostic>) {
     let mut diags = Vec::new();
     for dir in dirs {
         match list_dir(dir) {
-            Ok(mut found) => {
-                if found.is_empty() {
+            Ok((mut found, bad)) => {
+                if found.is_empty() && bad.is_empty() {
                     diags.push(Diagnostic::warning(
                         dir,
                         None,
@@ -37,6 +37,7 @@ pub fn manifest_files(dirs: &[PathBuf]) -> (Vec<PathBuf>, Vec<Diagnostic>) {
                 }
                 found.sort();
                 files.extend(found);
+                diags.extend(bad);
             }
             Err(d) => diags.push(d),
         }
@@ -44,7 +45,9 @@ pub fn manifest_files(dirs: &[PathBuf]) -> (Vec<PathBuf>, Vec<Diagnostic>) {
     (files, diags)
 }
 
-fn list_dir(dir: &Path) -> Result<Vec<PathBuf>, Diagnostic> {
+/// The manifests of one directory, and the entries that look like
+/// manifests but cannot be read as files.
+fn list_dir(dir: &Path) -> Result<(Vec<PathBuf>, Vec<Diagnostic>), Diagnostic> {
     let entries = std::fs::read_dir(dir).map_err(|e| {
         let what = match e.kind() {
             std::io::ErrorKind::NotFound => "the manifest directory does not exist".to_string(),
@@ -56,6 +59,7 @@ fn list_dir(dir: &Path) -> Result<Vec<PathBuf>, Diagnostic> {
         Diagnostic::error(dir, None, format!("{what} (listed in `manifest_dirs`)"))
     })?;
     let mut out = Vec::new();
+    let mut bad = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
@@ -64,11 +68,23 @@ fn list_dir(dir: &Path) -> Result<Vec<PathBuf>, Diagnostic> {
         }
         let path = entry.path();
         // Follow symlinks: a ConfigMap mounts `x.toml -> ..data/x.toml`.
-        if path.is_file() {
-            out.push(path);
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => out.push(path),
+            // A folder named like a manifest is somebody's layout, not a manifest.
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => bad.push(Diagnostic::error(
+                &path,
+                None,
+                "not a regular file (a FIFO, socket or device): a manifest must be a file",
+            )),
+            Err(e) => bad.push(Diagnostic::error(
+                &path,
+                None,
+                format!("cannot open the manifest ({e}); a symlink whose target is missing?"),
+            )),
         }
     }
-    Ok(out)
+    Ok((out, bad))
 }
 
 #[cfg(test)]
@@ -111,6 +127,19 @@ mod tests {
                 .starts_with("the manifest directory does not exist")
         );
         assert!(!diags[1].is_error());
+    }
+
+    #[test]
+    fn a_dangling_manifest_symlink_is_an_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("gone.toml"), tmp.path().join("x.toml"))
+            .unwrap();
+        let (files, diags) = manifest_files(&[tmp.path().to_path_buf()]);
+        assert!(files.is_empty());
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        assert!(diags[0].is_error());
+        assert_eq!(diags[0].path, tmp.path().join("x.toml"));
+        assert!(diags[0].message.contains("symlink whose target is missing"));
     }
 
     #[test]

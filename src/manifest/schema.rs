@@ -60,6 +60,43 @@ fn type_keyword_message(pointer: &str, instance: &Json) -> Option<String> {
     ))
 }
 
+/// Reports every `$ref` that leaves the document: the schema is sent to
+/// main_server and the model as it is, and we never fetch anything.
+fn remote_refs(v: &Json, pointer: &mut String, out: &mut Vec<SchemaProblem>) {
+    match v {
+        Json::Object(m) => {
+            for (k, child) in m {
+                let len = pointer.len();
+                pointer.push('/');
+                pointer.push_str(&k.replace('~', "~0").replace('/', "~1"));
+                if k == "$ref" {
+                    if let Json::String(r) = child {
+                        if !r.starts_with('#') {
+                            out.push(SchemaProblem::new(
+                                pointer.clone(),
+                                format!("`$ref` \"{r}\" points outside the schema, and nothing is fetched: inline what it refers to (under `$defs`) and use \"#/$defs/...\""),
+                            ));
+                        }
+                    }
+                } else {
+                    remote_refs(child, pointer, out);
+                }
+                pointer.truncate(len);
+            }
+        }
+        Json::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                let len = pointer.len();
+                pointer.push('/');
+                pointer.push_str(&i.to_string());
+                remote_refs(child, pointer, out);
+                pointer.truncate(len);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Checks a tool's `parameters` schema and compiles it.
 pub fn compile(schema: &Json) -> Result<jsonschema::Validator, Vec<SchemaProblem>> {
     let Json::Object(root) = schema else {
@@ -85,6 +122,7 @@ pub fn compile(schema: &Json) -> Result<jsonschema::Validator, Vec<SchemaProblem
     }
 
     let mut problems = Vec::new();
+    remote_refs(schema, &mut String::new(), &mut problems);
     match jsonschema::meta::validator_for(schema) {
         Ok(meta) => {
             for e in meta.iter_errors(schema) {
@@ -202,6 +240,12 @@ mod tests {
             &json!({"type": "object", "properties": {"a": {"$ref": "http://example.com/x.json"}}}),
         )
         .unwrap_err();
-        assert!(err[0].message.contains("cannot be compiled"), "{err:?}");
+        assert_eq!(err[0].pointer, "/properties/a/$ref");
+        assert!(
+            err[0].message.contains("points outside the schema"),
+            "{err:?}"
+        );
+        // A local reference is fine.
+        assert!(compile(&json!({"type": "object", "$defs": {"c": {"type": "string"}}, "properties": {"a": {"$ref": "#/$defs/c"}}})).is_ok());
     }
 }
