@@ -174,20 +174,10 @@ fn list_tools(app: &AppState, parts: &Parts) -> Response {
                 .map(|(_, v)| v)
         });
     let role = fold_role(role);
-    app.shared.read_world(|w| {
-        if let Some(r) = &role
-            && w.registry.target_roles(Some(r)).is_err()
-        {
-            return detail(StatusCode::NOT_FOUND, format!("unknown role: {r}"));
-        }
-        match serde_json::to_vec(&w.registry.listing(role.as_deref())) {
-            Ok(bytes) => json_bytes(StatusCode::OK, bytes),
-            Err(e) => detail(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("could not serialise the registry: {e}"),
-            ),
-        }
-    })
+    match app.shared.listing(role.as_deref()) {
+        Ok(body) => json_bytes(StatusCode::OK, body),
+        Err(UnknownRole(r)) => detail(StatusCode::NOT_FOUND, format!("unknown role: {r}")),
+    }
 }
 
 /// Starlette's `redirect_slashes`: a path that only differs from a route by

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -61,11 +61,11 @@ async fn dev_gate(
 
 /// A JSON answer with `status`.
 pub fn json_response(status: StatusCode, body: &Value) -> Response {
-    json_bytes(status, body.to_string().into_bytes())
+    json_bytes(status, body.to_string().into())
 }
 
 /// Already-serialised JSON with `status`.
-pub fn json_bytes(status: StatusCode, bytes: Vec<u8>) -> Response {
+pub fn json_bytes(status: StatusCode, bytes: Bytes) -> Response {
     let mut res = Response::new(Body::from(bytes));
     *res.status_mut() = status;
     res.headers_mut().insert(

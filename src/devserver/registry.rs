@@ -5,11 +5,12 @@
 //! a later role-scoped registration of the same name only replaces that
 //! role's copy, and a global unregister removes every copy. Tool order is
 //! insertion order, and replacing a name keeps its place (a Python dict).
+//! Each entry keeps its `GET /api/tools` JSON, serialised once when it is
+//! written, so a listing is a concatenation, fast even on large registries.
 //! Pure data: no locking, no I/O, no HTTP; `state.rs` owns the mutex.
 
 use serde::Serialize;
-use serde::ser::{SerializeMap, SerializeSeq};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::builtin::BuiltinTool;
 
@@ -64,10 +65,39 @@ pub struct RoleTools {
 #[error("unknown role: {0}")]
 pub struct UnknownRole(pub String);
 
+/// One tool as stored: the tool and its `GET /api/tools` JSON.
+#[derive(Debug, Clone, PartialEq)]
+struct Entry {
+    tool: Tool,
+    listed: String,
+}
+
+impl Entry {
+    fn new(tool: Tool) -> Self {
+        // Only the five public fields: GET never shows parameters, timeout
+        // or scope.
+        let listed = json!({
+            "name": tool.name,
+            "description": tool.description,
+            "source": tool.source,
+            "callback_url": tool.callback_url,
+            "is_remote": tool.is_remote,
+        })
+        .to_string();
+        Entry { tool, listed }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct RoleEntries {
+    role: String,
+    entries: Vec<Entry>,
+}
+
 /// Every role and its tools, in role order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Registry {
-    roles: Vec<RoleTools>,
+    roles: Vec<RoleEntries>,
 }
 
 impl Registry {
@@ -84,8 +114,15 @@ impl Registry {
         self.roles.iter().map(|r| r.role.clone()).collect()
     }
 
-    pub fn roles(&self) -> &[RoleTools] {
-        &self.roles
+    /// A copy of every role's tools, in order.
+    pub fn roles(&self) -> Vec<RoleTools> {
+        self.roles
+            .iter()
+            .map(|r| RoleTools {
+                role: r.role.clone(),
+                tools: r.entries.iter().map(|e| e.tool.clone()).collect(),
+            })
+            .collect()
     }
 
     /// The roles a request addresses: every role for `None`, else that one.
@@ -97,11 +134,11 @@ impl Registry {
         }
     }
 
-    fn role(&self, role: &str) -> Option<&RoleTools> {
+    fn role(&self, role: &str) -> Option<&RoleEntries> {
         self.roles.iter().find(|r| r.role == role)
     }
 
-    fn role_mut(&mut self, role: &str) -> Option<&mut RoleTools> {
+    fn role_mut(&mut self, role: &str) -> Option<&mut RoleEntries> {
         self.roles.iter_mut().find(|r| r.role == role)
     }
 
@@ -110,10 +147,13 @@ impl Registry {
         if self.role(role).is_some() {
             return false;
         }
-        let tools = builtins.iter().map(Tool::from_builtin).collect();
-        self.roles.push(RoleTools {
+        let entries = builtins
+            .iter()
+            .map(|b| Entry::new(Tool::from_builtin(b)))
+            .collect();
+        self.roles.push(RoleEntries {
             role: role.to_owned(),
-            tools,
+            entries,
         });
         true
     }
@@ -130,123 +170,94 @@ impl Registry {
         let Some(rt) = self.role_mut(role) else {
             return false;
         };
-        match rt.tools.iter_mut().find(|t| t.name == tool.name) {
-            Some(slot) => *slot = tool,
-            None => rt.tools.push(tool),
+        let entry = Entry::new(tool);
+        match rt
+            .entries
+            .iter_mut()
+            .find(|e| e.tool.name == entry.tool.name)
+        {
+            Some(slot) => *slot = entry,
+            None => rt.entries.push(entry),
         }
         true
     }
 
+    /// Removes from `role` the tools `doomed` picks; returns how many.
+    fn remove_where(&mut self, role: &str, doomed: impl Fn(&Tool) -> bool) -> usize {
+        let Some(rt) = self.role_mut(role) else {
+            return 0;
+        };
+        let before = rt.entries.len();
+        rt.entries.retain(|e| !doomed(&e.tool));
+        before - rt.entries.len()
+    }
+
     /// Removes `name` from `role`; true when it was there.
     pub fn remove(&mut self, role: &str, name: &str) -> bool {
-        let Some(rt) = self.role_mut(role) else {
-            return false;
-        };
-        let before = rt.tools.len();
-        rt.tools.retain(|t| t.name != name);
-        rt.tools.len() != before
+        self.remove_where(role, |t| t.name == name) > 0
     }
 
     /// Removes every tool of `source` from `role`; returns how many.
     pub fn clear_source(&mut self, role: &str, source: &str) -> usize {
-        let Some(rt) = self.role_mut(role) else {
-            return 0;
-        };
-        let before = rt.tools.len();
-        rt.tools.retain(|t| t.source != source);
-        before - rt.tools.len()
+        self.remove_where(role, |t| t.source == source)
     }
 
     /// Removes, from every role, the tools of `source` whose callback origin
     /// is `origin`. Returns how many (tool, role) pairs went.
     pub fn evict(&mut self, source: &str, origin: &str) -> usize {
-        let mut removed = 0;
-        for rt in &mut self.roles {
-            let before = rt.tools.len();
-            rt.tools.retain(|t| {
-                !(t.source == source
-                    && t.callback_url
-                        .as_deref()
-                        .and_then(super::eviction::origin_of)
-                        .as_deref()
-                        == Some(origin))
-            });
-            removed += before - rt.tools.len();
-        }
-        removed
+        let doomed = |t: &Tool| {
+            t.source == source
+                && t.callback_url
+                    .as_deref()
+                    .and_then(super::eviction::origin_of)
+                    .as_deref()
+                    == Some(origin)
+        };
+        self.role_names()
+            .iter()
+            .map(|role| self.remove_where(role, doomed))
+            .sum()
     }
 
     pub fn find(&self, role: &str, name: &str) -> Option<&Tool> {
-        self.role(role)?.tools.iter().find(|t| t.name == name)
+        self.role(role)?
+            .entries
+            .iter()
+            .map(|e| &e.tool)
+            .find(|t| t.name == name)
     }
 
-    /// The `GET /api/tools` body for `roles` (already checked to exist).
-    pub fn listing<'a>(&'a self, role: Option<&'a str>) -> Listing<'a> {
-        Listing {
-            registry: self,
-            role,
-        }
-    }
-}
-
-/// Serialises `{"ok":true,"tools_by_role":{..}}` straight from the registry,
-/// without building an intermediate JSON tree: this is what keeps GET fast
-/// on large registries.
-pub struct Listing<'a> {
-    registry: &'a Registry,
-    role: Option<&'a str>,
-}
-
-struct RoleList<'a>(&'a [Tool]);
-struct ToolsByRole<'a>(&'a Listing<'a>);
-
-#[derive(Serialize)]
-struct PublicTool<'a> {
-    name: &'a str,
-    description: &'a str,
-    source: &'a str,
-    callback_url: Option<&'a str>,
-    is_remote: bool,
-}
-
-impl Serialize for RoleList<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(Some(self.0.len()))?;
-        for t in self.0 {
-            seq.serialize_element(&PublicTool {
-                name: &t.name,
-                description: &t.description,
-                source: &t.source,
-                callback_url: t.callback_url.as_deref(),
-                is_remote: t.is_remote,
-            })?;
-        }
-        seq.end()
-    }
-}
-
-impl Serialize for ToolsByRole<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let roles = self
-            .0
-            .registry
+    /// The `GET /api/tools` body, `{"ok":true,"tools_by_role":{..}}`, for
+    /// every role (`None`) or one role (already checked to exist).
+    pub fn listing_json(&self, role: Option<&str>) -> String {
+        let roles: Vec<&RoleEntries> = self
             .roles
             .iter()
-            .filter(|r| self.0.role.is_none_or(|want| want == r.role));
-        let mut map = s.serialize_map(None)?;
-        for rt in roles {
-            map.serialize_entry(&rt.role, &RoleList(&rt.tools))?;
+            .filter(|r| role.is_none_or(|want| want == r.role))
+            .collect();
+        let size: usize = roles
+            .iter()
+            .flat_map(|r| &r.entries)
+            .map(|e| e.listed.len() + 1)
+            .sum();
+        let mut out = String::with_capacity(size + 64 * roles.len() + 32);
+        out.push_str(r#"{"ok":true,"tools_by_role":{"#);
+        for (i, r) in roles.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&Value::String(r.role.clone()).to_string());
+            out.push_str(":[");
+            for (j, e) in r.entries.iter().enumerate() {
+                if j > 0 {
+                    out.push(',');
+                }
+                out.push_str(&e.listed);
+            }
+            out.push(']');
         }
-        map.end()
-    }
-}
-
-impl Serialize for Listing<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(2))?;
-        map.serialize_entry("ok", &true)?;
-        map.serialize_entry("tools_by_role", &ToolsByRole(self))?;
-        map.end()
+        out.push_str("}}");
+        out
     }
 }
 
@@ -278,7 +289,8 @@ mod tests {
         r.put("小八", tool("a", "s", "http://127.0.0.1:1/", Scope::Role));
         r.put("小八", tool("b", "s", "http://127.0.0.1:1/", Scope::Role));
         r.put("小八", tool("a", "t", "http://127.0.0.1:2/", Scope::Global));
-        let names: Vec<_> = r.roles()[0]
+        let roles = r.roles();
+        let names: Vec<_> = roles[0]
             .tools
             .iter()
             .map(|t| (t.name.as_str(), t.source.as_str()))
@@ -314,15 +326,34 @@ mod tests {
             );
         }
         assert_eq!(r.evict("plugin:p", "http://127.0.0.1:7000"), 2);
-        let left: Vec<_> = r.roles()[1].tools.iter().map(|t| t.name.as_str()).collect();
+        let left: Vec<_> = r.roles()[1].tools.iter().map(|t| t.name.clone()).collect();
         assert_eq!(left, ["b", "c"]);
+    }
+
+    #[test]
+    fn listing_is_valid_json_in_role_order() {
+        let mut r = Registry::new(&roles(), &[]);
+        r.put(
+            "小八",
+            tool("q\"uote", "s", "http://127.0.0.1:1/", Scope::Role),
+        );
+        let body: Value = serde_json::from_str(&r.listing_json(None)).unwrap();
+        let keys: Vec<_> = body["tools_by_role"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(keys, roles());
+        assert_eq!(body["tools_by_role"]["小八"][0]["name"], "q\"uote");
+        assert_eq!(body["tools_by_role"]["Lanlan"], json!([]));
     }
 
     #[test]
     fn listing_hides_schema_and_scope() {
         let mut r = Registry::new(&roles(), &[]);
         r.put("Lanlan", tool("a", "s", "http://127.0.0.1:1/", Scope::Role));
-        let body = serde_json::to_value(r.listing(Some("Lanlan"))).unwrap();
+        let body: Value = serde_json::from_str(&r.listing_json(Some("Lanlan"))).unwrap();
         assert_eq!(
             body,
             json!({"ok":true,"tools_by_role":{"Lanlan":[{"name":"a","description":"","source":"s","callback_url":"http://127.0.0.1:1/","is_remote":true}]}})

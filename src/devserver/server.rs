@@ -261,7 +261,7 @@ impl DevServerHandle {
     /// The full registry, with parameters, timeouts and scopes.
     pub fn registry_snapshot(&self) -> RegistrySnapshot {
         RegistrySnapshot {
-            roles: self.shared.read_world(|w| w.registry.roles().to_vec()),
+            roles: self.shared.read_world(|w| w.registry.roles()),
         }
     }
 
