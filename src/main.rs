@@ -4,11 +4,13 @@
 //! Exit codes: 0 success; 1 `check` found errors or a command failed;
 //! 78 (EX_CONFIG) the daemon's config or manifests are invalid.
 
+use std::future::Future;
 use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
 use neko_sidecar::cli::{Cli, Command};
+use neko_sidecar::config::LogFormat;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -23,7 +25,28 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Command::DevServer(_args) => ExitCode::SUCCESS,
+        Command::DevServer(args) => {
+            neko_sidecar::logging::init(LogFormat::Text, "info", None);
+            block_on(async move { Ok(neko_sidecar::devserver::run_cli(args).await?) })
+        }
+    }
+}
+
+/// Runs a future on a fresh multi-threaded runtime and maps its result.
+fn block_on(fut: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("neko-sidecar: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(fut) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("neko-sidecar: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 
