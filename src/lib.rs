@@ -13,4 +13,5 @@ pub mod devserver;
 pub mod diag;
 pub mod duration;
 pub mod manifest;
+pub mod systemd;
 pub mod tomldoc;
