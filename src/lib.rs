@@ -13,5 +13,6 @@ pub mod devserver;
 pub mod diag;
 pub mod duration;
 pub mod manifest;
+pub mod reload;
 pub mod systemd;
 pub mod tomldoc;
