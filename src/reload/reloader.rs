@@ -104,6 +104,11 @@ pub struct Reloader {
     desired: watch::Sender<Arc<DesiredState>>,
     status: watch::Sender<Arc<ReloadStatus>>,
     force: mpsc::Receiver<ForceRequest>,
+    /// Woken by relevant file-system events.
+    dirty: Arc<Notify>,
+    /// `None` with events off, or when watching failed (then only the
+    /// periodic rescan sees changes).
+    dir_watch: Option<DirWatch>,
 }
 
 /// What the rest of the daemon holds: the published desired state, the
@@ -117,11 +122,28 @@ pub struct ReloadHandle {
 
 impl Reloader {
     /// Takes over a loaded set; the channels start at its current state.
+    /// The directories are watched from here on, and `run` starts with a
+    /// rescan, so a change made after the set was loaded is never missed.
     pub fn new(set: ManifestSet, settings: ReloadSettings) -> (Self, ReloadHandle) {
         let (desired_tx, desired_rx) = watch::channel(set.desired());
         let (status_tx, status_rx) = watch::channel(Arc::new(set.status()));
         // Requests queue briefly at most: a reload answers each in turn.
         let (force_tx, force_rx) = mpsc::channel(8);
+        let dirty = Arc::new(Notify::new());
+        let dir_watch = if settings.watch_events {
+            match DirWatch::new(&set.source().dirs, settings.debounce, Arc::clone(&dirty)) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot watch the manifest directories ({e}); changes are picked up every {:?}",
+                        settings.rescan_interval
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
         (
             Self {
                 set,
@@ -129,6 +151,8 @@ impl Reloader {
                 desired: desired_tx,
                 status: status_tx,
                 force: force_rx,
+                dirty,
+                dir_watch,
             },
             ReloadHandle {
                 desired: desired_rx,
@@ -146,22 +170,11 @@ impl Reloader {
             desired,
             status,
             mut force,
+            dirty,
+            mut dir_watch,
         } = self;
-        let dirty = Arc::new(Notify::new());
-        let mut dir_watch = if settings.watch_events {
-            match DirWatch::new(&set.source().dirs, settings.debounce, Arc::clone(&dirty)) {
-                Ok(w) => Some(w),
-                Err(e) => {
-                    tracing::warn!(
-                        "cannot watch the manifest directories ({e}); changes are picked up every {:?}",
-                        settings.rescan_interval
-                    );
-                    None
-                }
-            }
-        } else {
-            None
-        };
+        // The startup rescan: whatever changed since the set was loaded.
+        dirty.notify_one();
         let first = tokio::time::Instant::now() + settings.rescan_interval;
         let mut ticks = tokio::time::interval_at(first, settings.rescan_interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
