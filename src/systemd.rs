@@ -20,6 +20,12 @@ use std::time::{Duration, Instant};
 use sd_notify::NotifyState;
 use tokio_util::sync::CancellationToken;
 
+/// The variables through which systemd talks to the main process only.
+/// Remove them from the environment of child processes (exec handlers), so
+/// that a handler using an sd_notify library cannot speak for the service;
+/// `NotifyAccess=main` makes systemd ignore it anyway.
+pub const SERVICE_ONLY_ENV: [&str; 3] = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"];
+
 /// A notification that could not be delivered. The daemon logs it and goes
 /// on: a missing notification must never stop the service itself.
 #[derive(Debug, thiserror::Error)]

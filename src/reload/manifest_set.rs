@@ -338,9 +338,12 @@ impl ManifestSet {
                     loaded,
                 })
             }
-            // Listed, then gone or unreadable: a rename in progress or a
-            // permission problem. Keep the last good version until the next
-            // rescan settles it.
+            // Listed, then gone: a delete (and maybe re-create) in
+            // progress, whose event brings another rescan. Nothing to say
+            // about it yet.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            // Unreadable (permissions, I/O): an error; the last good
+            // version stays in use.
             Err(e) => {
                 let loaded = ManifestFile {
                     path: path.clone(),
