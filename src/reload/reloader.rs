@@ -15,7 +15,8 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::dir_watch::DirWatch;
-use super::manifest_set::{ManifestSet, ReloadStatus, Rescan};
+use super::manifest_set::{ManifestSet, Rescan};
+use super::status::ReloadStatus;
 use crate::desired::DesiredState;
 
 /// How the reloader watches.
