@@ -14,4 +14,6 @@ pub mod diag;
 pub mod duration;
 pub mod logging;
 pub mod manifest;
+pub mod reload;
+pub mod systemd;
 pub mod tomldoc;

@@ -1,0 +1,131 @@
+//! What a manifest's meaning depends on, as bytes: the file itself and the
+//! JSON Schema files its tools name with `parameters_file`.
+//!
+//! The periodic rescan compares these hashes to find changed files without
+//! trusting file-system events or timestamps (a ConfigMap swap or an `mv`
+//! keeps old mtimes). This module reads and hashes; it never validates a
+//! manifest (a file that is not even TOML simply has no schema inputs).
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::config::absolutize;
+
+/// A hash of a manifest's bytes and of every schema file it names.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ContentHash([u8; 32]);
+
+impl fmt::Debug for ContentHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ContentHash(")?;
+        for b in &self.0[..6] {
+            write!(f, "{b:02x}")?;
+        }
+        write!(f, ")")
+    }
+}
+
+/// A manifest as read once: the bytes the loader will parse and their hash,
+/// so that what is hashed is exactly what is loaded.
+#[derive(Debug)]
+pub struct ReadManifest {
+    pub bytes: Vec<u8>,
+    pub hash: ContentHash,
+}
+
+/// Reads a manifest (following symlinks) and hashes it with its schema files.
+/// A schema file that cannot be read hashes as "missing", so its appearance
+/// later is a change.
+pub fn read(path: &Path) -> io::Result<ReadManifest> {
+    let bytes = std::fs::read(path)?;
+    let mut h = Sha256::new();
+    put(&mut h, &bytes);
+    let text = String::from_utf8_lossy(&bytes);
+    for input in schema_inputs(path, &text) {
+        put(&mut h, input.as_os_str().as_encoded_bytes());
+        match std::fs::read(&input) {
+            Ok(schema) => {
+                h.update([1]);
+                put(&mut h, &schema);
+            }
+            Err(_) => h.update([0]),
+        }
+    }
+    Ok(ReadManifest {
+        bytes,
+        hash: ContentHash(h.finalize().into()),
+    })
+}
+
+/// Length-prefixed, so that moving bytes between two parts changes the hash.
+fn put(h: &mut Sha256, bytes: &[u8]) {
+    h.update((bytes.len() as u64).to_le_bytes());
+    h.update(bytes);
+}
+
+/// The schema files named by `parameters_file` in a manifest's tools,
+/// resolved against the manifest's folder as the loader resolves them;
+/// sorted, without repeats. Text that is not TOML names none.
+pub fn schema_inputs(path: &Path, text: &str) -> Vec<PathBuf> {
+    let base = path.parent().unwrap_or(Path::new("."));
+    let Ok(doc) = text.parse::<toml::Table>() else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = doc
+        .get("tool")
+        .and_then(toml::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.get("parameters_file")?.as_str())
+        .map(|rel| absolutize(base, rel))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_inputs_resolve_like_the_loader() {
+        let text = r#"
+[[tool]]
+name = "a"
+parameters_file = "schemas/a.json"
+[[tool]]
+name = "b"
+parameters_file = "/abs/b.json"
+[[tool]]
+name = "c"
+parameters_file = "schemas/a.json"
+"#;
+        assert_eq!(
+            schema_inputs(Path::new("/etc/t/x.toml"), text),
+            vec![
+                PathBuf::from("/abs/b.json"),
+                PathBuf::from("/etc/t/schemas/a.json")
+            ]
+        );
+        assert!(schema_inputs(Path::new("/x.toml"), "not [toml").is_empty());
+    }
+
+    #[test]
+    fn a_schema_change_changes_the_hash_and_nothing_else_does() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = tmp.path().join("x.toml");
+        let s = tmp.path().join("s.json");
+        std::fs::write(&m, "[[tool]]\nparameters_file = \"s.json\"\n").unwrap();
+        let missing = read(&m).unwrap().hash;
+        std::fs::write(&s, "{}").unwrap();
+        let first = read(&m).unwrap().hash;
+        assert_ne!(missing, first);
+        assert_eq!(read(&m).unwrap().hash, first);
+        std::fs::write(&s, "{\"type\":\"object\"}").unwrap();
+        assert_ne!(read(&m).unwrap().hash, first);
+    }
+}

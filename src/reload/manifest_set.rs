@@ -1,0 +1,522 @@
+//! The manifest set: every manifest file's last good version, and the
+//! desired state they make together, kept current by rescans.
+//!
+//! A rescan lists the manifest directories, re-reads the files whose bytes
+//! (or schema files) changed, and accepts or refuses each new version as a
+//! whole. A refused version (invalid, or declaring a tool another file
+//! already has) leaves the file's last good tools in the desired state; a
+//! deleted file drops its tools. This module does file I/O through the
+//! loaders but never logs, watches or publishes: it returns what changed and
+//! what to report, and the reloader does the rest.
+//!
+//! Duplicates across files: a tool name belongs to the file that has it in
+//! the desired state now. Another file's version that declares it is refused
+//! (that file keeps its last good version), so an edit can never move a
+//! registered tool to another file by accident, and which file wins does
+//! not depend on path order once running. Moving a tool between files works
+//! in one reload (both files change together) or in two steps in either
+//! order, because files in error are re-read at every rescan. At the first
+//! load nobody owns anything yet, so the first file in scan order (the order
+//! `check` reports) wins, and the later file is refused as a whole.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::content::{self, ContentHash};
+use super::status::{FileHealth, FileStatus, ReloadStatus};
+use crate::config::AgentConfig;
+use crate::desired::DesiredState;
+use crate::diag::{Diagnostic, Position, plural};
+use crate::manifest::{self, LoadContext, ManifestFile, ToolSpec};
+
+/// Where manifests come from and how they are judged: the parts of the
+/// agent config that a manifest reload uses.
+#[derive(Debug, Clone)]
+pub struct ManifestSource {
+    /// The registration source tag (part of every fingerprint).
+    pub source: String,
+    pub dirs: Vec<PathBuf>,
+    pub context: LoadContext,
+}
+
+impl ManifestSource {
+    pub fn from_config(cfg: &AgentConfig) -> Self {
+        Self {
+            source: cfg.source.clone(),
+            dirs: cfg.manifest_dirs.clone(),
+            context: LoadContext {
+                allow_remote_handlers: cfg.handlers.allow_remote,
+            },
+        }
+    }
+}
+
+/// What one rescan did.
+#[derive(Debug, Clone, Default)]
+pub struct Rescan {
+    /// The desired state was replaced (some tool or spec field changed).
+    pub changed: bool,
+    /// Problems seen for the first time (or again, on a forced reload): to
+    /// log. The same bad content rescanned reports nothing.
+    pub problems: Vec<Diagnostic>,
+    /// What happened to files, one sentence each: to log at info level.
+    pub notes: Vec<String>,
+}
+
+/// What the set remembers of one file.
+#[derive(Debug)]
+struct FileRecord {
+    /// Index in `ManifestSource::dirs`, so that the file's tools survive
+    /// while its directory cannot be read.
+    dir: usize,
+    /// Of the latest version read; `None` when it could not be read.
+    hash: Option<ContentHash>,
+    /// The last good version's tools; empty when there never was one (a
+    /// valid manifest always declares at least one tool).
+    good: Vec<ToolSpec>,
+    health: FileHealth,
+    diagnostics: Vec<Diagnostic>,
+    since: SystemTime,
+}
+
+/// A file's new version waiting to be accepted or refused.
+struct Candidate {
+    path: PathBuf,
+    dir: usize,
+    hash: Option<ContentHash>,
+    loaded: ManifestFile,
+}
+
+/// The manifests of one sidecar and the desired state they yield.
+#[derive(Debug)]
+pub struct ManifestSet {
+    source: ManifestSource,
+    files: BTreeMap<PathBuf, FileRecord>,
+    /// Scan order of the last rescan (directory order, then path).
+    order: Vec<PathBuf>,
+    directories: Vec<Diagnostic>,
+    desired: Arc<DesiredState>,
+    rescans: u64,
+}
+
+impl ManifestSet {
+    /// An empty set; the first `rescan` loads everything.
+    pub fn new(source: ManifestSource) -> Self {
+        let desired = Arc::new(DesiredState {
+            source: source.source.clone(),
+            tools: BTreeMap::new(),
+        });
+        Self {
+            source,
+            files: BTreeMap::new(),
+            order: Vec::new(),
+            directories: Vec::new(),
+            desired,
+            rescans: 0,
+        }
+    }
+
+    pub fn source(&self) -> &ManifestSource {
+        &self.source
+    }
+
+    /// The current desired state.
+    pub fn desired(&self) -> Arc<DesiredState> {
+        Arc::clone(&self.desired)
+    }
+
+    pub fn status(&self) -> ReloadStatus {
+        let files = self
+            .order
+            .iter()
+            .filter_map(|p| self.files.get(p).map(|r| (p, r)))
+            .map(|(path, r)| FileStatus {
+                path: path.clone(),
+                health: r.health,
+                since: r.since,
+                tools: r.good.iter().map(|t| t.name.clone()).collect(),
+                diagnostics: r.diagnostics.clone(),
+            })
+            .collect();
+        ReloadStatus {
+            files,
+            directories: self.directories.clone(),
+            tools: self.desired.len(),
+            rescans: self.rescans,
+        }
+    }
+
+    /// Re-reads the directories and applies every changed file. `force`
+    /// re-reads every file even when its bytes are unchanged (SIGHUP), and
+    /// reports standing problems again.
+    pub fn rescan(&mut self, force: bool) -> Rescan {
+        let now = SystemTime::now();
+        let mut out = Rescan::default();
+        self.rescans += 1;
+
+        let (listed, unreadable, directories) = self.list();
+        for d in &directories {
+            if force || !self.directories.contains(d) {
+                out.problems.push(d.clone());
+            }
+        }
+        self.directories = directories;
+
+        // Files gone from a readable directory drop their tools.
+        let gone: Vec<PathBuf> = self
+            .files
+            .iter()
+            .filter(|(p, r)| !unreadable.contains(&r.dir) && !listed.iter().any(|(l, _)| l == *p))
+            .map(|(p, _)| p.clone())
+            .collect();
+        for path in gone {
+            if let Some(r) = self.files.remove(&path) {
+                out.notes.push(match r.good.len() {
+                    0 => format!("{}: removed", path.display()),
+                    _ => format!(
+                        "{}: removed; its tools are dropped: {}",
+                        path.display(),
+                        names(&r.good)
+                    ),
+                });
+            }
+        }
+
+        // Retained files of unreadable directories keep their place.
+        let mut order: Vec<PathBuf> = Vec::new();
+        for (i, _) in self.source.dirs.iter().enumerate() {
+            if unreadable.contains(&i) {
+                order.extend(
+                    self.files
+                        .iter()
+                        .filter(|(_, r)| r.dir == i)
+                        .map(|(p, _)| p.clone()),
+                );
+            } else {
+                order.extend(
+                    listed
+                        .iter()
+                        .filter(|(_, d)| *d == i)
+                        .map(|(p, _)| p.clone()),
+                );
+            }
+        }
+        self.order = order;
+
+        let candidates: Vec<Candidate> = listed
+            .into_iter()
+            .filter_map(|(path, dir)| self.read_if_changed(path, dir, force))
+            .collect();
+        self.apply(candidates, force, now, &mut out);
+
+        let next = self.assemble();
+        if !same_state(&self.desired, &next) {
+            self.desired = Arc::new(next);
+            out.changed = true;
+        }
+        out
+    }
+
+    /// Every listed manifest (scan order, first directory wins a path listed
+    /// twice), the directories that could not be read, and directory
+    /// diagnostics.
+    fn list(&self) -> (Vec<(PathBuf, usize)>, BTreeSet<usize>, Vec<Diagnostic>) {
+        let mut listed: Vec<(PathBuf, usize)> = Vec::new();
+        let mut unreadable = BTreeSet::new();
+        let mut diags = Vec::new();
+        for (i, dir) in self.source.dirs.iter().enumerate() {
+            let (paths, d) = manifest::scan::manifest_files(std::slice::from_ref(dir));
+            if d.iter().any(Diagnostic::is_error) {
+                unreadable.insert(i);
+            }
+            diags.extend(d);
+            for p in paths {
+                if !listed.iter().any(|(l, _)| *l == p) {
+                    listed.push((p, i));
+                }
+            }
+        }
+        (listed, unreadable, diags)
+    }
+
+    /// The file's new version, unless its bytes are those of a version
+    /// already accepted. Files in error are always re-read: their validity
+    /// can depend on the outside world (an exec handler's program appearing
+    /// in PATH, a handler's working directory being created).
+    fn read_if_changed(&self, path: PathBuf, dir: usize, force: bool) -> Option<Candidate> {
+        let record = self.files.get(&path);
+        match content::read(&path) {
+            Ok(read) => {
+                let unchanged =
+                    record.is_some_and(|r| r.hash == Some(read.hash) && r.health == FileHealth::Ok);
+                if unchanged && !force {
+                    return None;
+                }
+                let loaded = match String::from_utf8(read.bytes) {
+                    Ok(text) => manifest::parse_manifest(&path, &text, &self.source.context),
+                    // The loader locates the bad byte; let it read the file.
+                    Err(_) => manifest::load_file(&path, &self.source.context),
+                };
+                Some(Candidate {
+                    path,
+                    dir,
+                    hash: Some(read.hash),
+                    loaded,
+                })
+            }
+            // Listed, then gone: a delete (and maybe re-create) in
+            // progress, whose event brings another rescan. Nothing to say
+            // about it yet.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            // Unreadable (permissions, I/O): an error; the last good
+            // version stays in use.
+            Err(e) => {
+                let loaded = ManifestFile {
+                    path: path.clone(),
+                    tools: Vec::new(),
+                    diagnostics: vec![Diagnostic::error(
+                        &path,
+                        None,
+                        format!("cannot read the manifest: {e}"),
+                    )],
+                };
+                Some(Candidate {
+                    path,
+                    dir,
+                    hash: None,
+                    loaded,
+                })
+            }
+        }
+    }
+
+    /// Accepts the valid candidates that conflict with no other file,
+    /// repeating while acceptances free names, and refuses the rest.
+    fn apply(
+        &mut self,
+        candidates: Vec<Candidate>,
+        force: bool,
+        now: SystemTime,
+        out: &mut Rescan,
+    ) {
+        let mut pending: Vec<Candidate> = Vec::new();
+        for c in candidates {
+            if c.loaded.has_errors() {
+                let diags = c.loaded.diagnostics.clone();
+                self.refuse(c, diags, force, now, out);
+            } else {
+                pending.push(c);
+            }
+        }
+        loop {
+            let before = pending.len();
+            let mut still = Vec::new();
+            for c in pending {
+                if self.conflicts(&c).is_empty() {
+                    self.accept(c, force, now, out);
+                } else {
+                    still.push(c);
+                }
+            }
+            pending = still;
+            if pending.len() == before {
+                break;
+            }
+        }
+        for c in pending {
+            let mut diags = self.conflicts(&c);
+            diags.extend(c.loaded.diagnostics.iter().cloned());
+            self.refuse(c, diags, force, now, out);
+        }
+    }
+
+    /// Why a valid candidate cannot be accepted now: a name declared twice
+    /// in it, or owned by another file's current tools.
+    fn conflicts(&self, c: &Candidate) -> Vec<Diagnostic> {
+        let mut diags = Vec::new();
+        for (i, spec) in c.loaded.tools.iter().enumerate() {
+            let at = Some(Position {
+                line: spec.origin.line,
+                col: spec.origin.col,
+            });
+            if let Some(first) = c.loaded.tools[..i].iter().find(|t| t.name == spec.name) {
+                diags.push(Diagnostic::error(
+                    &c.path,
+                    at,
+                    format!(
+                        "tool `{}` is declared twice: first at {}; tool names must be unique within one sidecar",
+                        spec.name, first.origin
+                    ),
+                ));
+                continue;
+            }
+            let owner = self
+                .files
+                .iter()
+                .filter(|(p, _)| **p != c.path)
+                .find_map(|(_, r)| r.good.iter().find(|t| t.name == spec.name));
+            if let Some(owner) = owner {
+                diags.push(Diagnostic::error(
+                    &c.path,
+                    at,
+                    format!(
+                        "tool `{}` is already declared at {}, which keeps it; tool names must be unique within one sidecar",
+                        spec.name, owner.origin
+                    ),
+                ));
+            }
+        }
+        diags
+    }
+
+    fn accept(&mut self, c: Candidate, force: bool, now: SystemTime, out: &mut Rescan) {
+        let warnings = c.loaded.diagnostics;
+        let tools = c.loaded.tools;
+        let path = c.path;
+        match self.files.get(&path) {
+            None => out.notes.push(format!(
+                "{}: loaded {}: {}",
+                path.display(),
+                plural(tools.len(), "tool"),
+                names(&tools)
+            )),
+            Some(r) if r.health == FileHealth::Error => out.notes.push(format!(
+                "{}: fixed; now in use with {}: {}",
+                path.display(),
+                plural(tools.len(), "tool"),
+                names(&tools)
+            )),
+            Some(r) if r.hash != c.hash => out.notes.push(format!(
+                "{}: reloaded, {}: {}",
+                path.display(),
+                plural(tools.len(), "tool"),
+                names(&tools)
+            )),
+            Some(_) => {}
+        }
+        let previous = self.files.get(&path);
+        if force || previous.is_none_or(|r| r.diagnostics != warnings) {
+            out.problems.extend(warnings.iter().cloned());
+        }
+        let since = match previous {
+            Some(r) if r.health == FileHealth::Ok => r.since,
+            _ => now,
+        };
+        self.files.insert(
+            path,
+            FileRecord {
+                dir: c.dir,
+                hash: c.hash,
+                good: tools,
+                health: FileHealth::Ok,
+                diagnostics: warnings,
+                since,
+            },
+        );
+    }
+
+    fn refuse(
+        &mut self,
+        c: Candidate,
+        diags: Vec<Diagnostic>,
+        force: bool,
+        now: SystemTime,
+        out: &mut Rescan,
+    ) {
+        let previous = self.files.remove(&c.path);
+        let fresh = previous
+            .as_ref()
+            .is_none_or(|r| r.health == FileHealth::Ok || r.diagnostics != diags);
+        if fresh || force {
+            out.problems.extend(diags.iter().cloned());
+        }
+        let (good, since) = match previous {
+            Some(r) if !fresh => (r.good, r.since),
+            Some(r) => (r.good, now),
+            None => (Vec::new(), now),
+        };
+        if fresh {
+            out.notes.push(if good.is_empty() {
+                format!(
+                    "{}: not used until its errors are fixed (it has no earlier good version)",
+                    c.path.display()
+                )
+            } else {
+                format!(
+                    "{}: this version is not used; the last good version stays in use with its tools: {}",
+                    c.path.display(),
+                    names(&good)
+                )
+            });
+        }
+        self.files.insert(
+            c.path,
+            FileRecord {
+                dir: c.dir,
+                hash: c.hash,
+                good,
+                health: FileHealth::Error,
+                diagnostics: diags,
+                since,
+            },
+        );
+    }
+
+    /// The desired state of the files' current tools. Unchanged tools keep
+    /// their `Arc<ToolSpec>`, so consumers can tell them apart cheaply.
+    fn assemble(&self) -> DesiredState {
+        let files: Vec<ManifestFile> = self
+            .order
+            .iter()
+            .filter_map(|p| self.files.get(p).map(|r| (p, r)))
+            .map(|(path, r)| ManifestFile {
+                path: path.clone(),
+                tools: r.good.clone(),
+                diagnostics: Vec::new(),
+            })
+            .collect();
+        // Conflicts were refused above, so assembly finds no duplicate.
+        let (mut next, _) = DesiredState::assemble(&self.source.source, &files);
+        for (name, tool) in next.tools.iter_mut() {
+            if let Some(old) = self.desired.tools.get(name) {
+                if old.fingerprint == tool.fingerprint && same_spec(&old.spec, &tool.spec) {
+                    *tool = old.clone();
+                }
+            }
+        }
+        next
+    }
+}
+
+/// Every field a consumer uses. The fingerprint covers what main_server
+/// sees; the handler, argument validation, concurrency and origin are local
+/// but must still reach the callback server.
+fn same_spec(a: &ToolSpec, b: &ToolSpec) -> bool {
+    a.name == b.name
+        && a.description == b.description
+        && a.parameters == b.parameters
+        && a.timeout_seconds == b.timeout_seconds
+        && a.role == b.role
+        && a.handler == b.handler
+        && a.validate_arguments == b.validate_arguments
+        && a.max_concurrency == b.max_concurrency
+        && a.origin == b.origin
+}
+
+fn same_state(a: &DesiredState, b: &DesiredState) -> bool {
+    a.source == b.source
+        && a.tools.len() == b.tools.len()
+        && a.tools.iter().zip(&b.tools).all(|((na, ta), (nb, tb))| {
+            na == nb && ta.fingerprint == tb.fingerprint && Arc::ptr_eq(&ta.spec, &tb.spec)
+        })
+}
+
+fn names(tools: &[ToolSpec]) -> String {
+    tools
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
