@@ -5,11 +5,15 @@
 //! into this library; see ARCHITECTURE.md for the module map.
 #![forbid(unsafe_code)]
 
+pub mod backoff;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod desired;
 pub mod devserver;
 pub mod diag;
 pub mod duration;
 pub mod manifest;
+pub mod planner;
+pub mod status;
 pub mod tomldoc;
