@@ -13,6 +13,7 @@ pub mod desired;
 pub mod devserver;
 pub mod diag;
 pub mod duration;
+pub mod engine;
 pub mod manifest;
 pub mod planner;
 pub mod status;
