@@ -1,1 +1,43 @@
-//! The stand-in main_server: the tool API of ../shared/CONTRACT.md, with fault injection.
+//! The stand-in main_server: the tool API of `CONTRACT.md` (register,
+//! unregister, clear, list), faithful down to status codes, 422 bodies and
+//! the traps, plus `/__dev/` routes and a [`DevServerHandle`] for fault
+//! injection, calling tools as the model would, and dead-plugin eviction.
+//!
+//! Used by the test suite (in-process, on a port-0 listener) and by plugin
+//! authors (`neko-sidecar dev-server`). It never talks to a real
+//! main_server and never persists anything.
+//!
+//! Map: pure decisions in `callback_url`, `gates`, `pydantic`, `body`,
+//! `requests`, `registry`, `tool_api`, `reading`, `eviction`; state in
+//! `state`, `faults`, `request_log`; HTTP in `http`, `api_routes`,
+//! `control`; outgoing calls in `invoke`; lifecycle in `server`, `run`.
+
+mod api_routes;
+mod body;
+pub mod builtin;
+pub mod callback_url;
+mod control;
+pub mod eviction;
+mod faults;
+pub mod gates;
+mod http;
+pub mod invoke;
+pub mod pydantic;
+pub mod reading;
+pub mod registry;
+pub mod request_log;
+pub mod requests;
+mod run;
+mod server;
+mod state;
+mod tool_api;
+
+pub use builtin::{BUILTIN_SOURCE, BuiltinTool, default_builtins};
+pub use invoke::{InvokeAnswer, InvokeError, InvokeRequest};
+pub use reading::ModelView;
+pub use registry::{RoleTools, Scope, Tool};
+pub use request_log::RequestRecord;
+pub use run::run_cli;
+pub use server::{
+    DevServer, DevServerBuilder, DevServerError, DevServerHandle, RegistrySnapshot, default_roles,
+};

@@ -1,0 +1,362 @@
+//! The in-memory tool registry: one ordered tool list per role, as upstream
+//! keeps one `ToolRegistry` per role's session manager.
+//!
+//! A global registration is written into every role as a separate entry, so
+//! a later role-scoped registration of the same name only replaces that
+//! role's copy, and a global unregister removes every copy. Tool order is
+//! insertion order, and replacing a name keeps its place (a Python dict).
+//! Each entry keeps its `GET /api/tools` JSON, serialised once when it is
+//! written, so a listing is a concatenation, fast even on large registries.
+//! Pure data: no locking, no I/O, no HTTP; `state.rs` owns the mutex.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::builtin::BuiltinTool;
+
+/// Whether an entry came from a global (`role: null`) or a role-scoped
+/// registration. main_server does not show this; the snapshot does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    Global,
+    Role,
+}
+
+/// One tool as one role holds it, with everything the server knows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Tool {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+    /// `None` for built-in tools, which run inside main_server.
+    pub callback_url: Option<String>,
+    pub source: String,
+    pub timeout_seconds: f64,
+    pub is_remote: bool,
+    pub scope: Scope,
+}
+
+impl Tool {
+    /// The built-in tool as a registry entry.
+    pub fn from_builtin(b: &BuiltinTool) -> Self {
+        Tool {
+            name: b.name.clone(),
+            description: b.description.clone(),
+            parameters: b.parameters.clone(),
+            callback_url: None,
+            source: super::builtin::BUILTIN_SOURCE.to_owned(),
+            timeout_seconds: super::requests::DEFAULT_TIMEOUT_SECONDS,
+            is_remote: false,
+            scope: Scope::Global,
+        }
+    }
+}
+
+/// The tools of one role, in insertion order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RoleTools {
+    pub role: String,
+    pub tools: Vec<Tool>,
+}
+
+/// A role name the registry does not hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown role: {0}")]
+pub struct UnknownRole(pub String);
+
+/// One tool as stored: the tool and its `GET /api/tools` JSON.
+#[derive(Debug, Clone, PartialEq)]
+struct Entry {
+    tool: Tool,
+    listed: String,
+}
+
+impl Entry {
+    fn new(tool: Tool) -> Self {
+        // Only the five public fields: GET never shows parameters, timeout
+        // or scope.
+        let listed = json!({
+            "name": tool.name,
+            "description": tool.description,
+            "source": tool.source,
+            "callback_url": tool.callback_url,
+            "is_remote": tool.is_remote,
+        })
+        .to_string();
+        Entry { tool, listed }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct RoleEntries {
+    role: String,
+    entries: Vec<Entry>,
+}
+
+/// Every role and its tools, in role order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Registry {
+    roles: Vec<RoleEntries>,
+}
+
+impl Registry {
+    /// A fresh registry: every role holds only the built-in tools.
+    pub fn new(roles: &[String], builtins: &[BuiltinTool]) -> Self {
+        let mut registry = Registry::default();
+        for role in roles {
+            registry.add_role(role, builtins);
+        }
+        registry
+    }
+
+    pub fn role_names(&self) -> Vec<String> {
+        self.roles.iter().map(|r| r.role.clone()).collect()
+    }
+
+    /// A copy of every role's tools, in order.
+    pub fn roles(&self) -> Vec<RoleTools> {
+        self.roles
+            .iter()
+            .map(|r| RoleTools {
+                role: r.role.clone(),
+                tools: r.entries.iter().map(|e| e.tool.clone()).collect(),
+            })
+            .collect()
+    }
+
+    /// The roles a request addresses: every role for `None`, else that one.
+    pub fn target_roles(&self, role: Option<&str>) -> Result<Vec<String>, UnknownRole> {
+        match role {
+            None => Ok(self.role_names()),
+            Some(r) if self.role(r).is_some() => Ok(vec![r.to_owned()]),
+            Some(r) => Err(UnknownRole(r.to_owned())),
+        }
+    }
+
+    fn role(&self, role: &str) -> Option<&RoleEntries> {
+        self.roles.iter().find(|r| r.role == role)
+    }
+
+    fn role_mut(&mut self, role: &str) -> Option<&mut RoleEntries> {
+        self.roles.iter_mut().find(|r| r.role == role)
+    }
+
+    /// Adds a role holding only the built-ins; a role that exists is left as is.
+    pub fn add_role(&mut self, role: &str, builtins: &[BuiltinTool]) -> bool {
+        if self.role(role).is_some() {
+            return false;
+        }
+        let entries = builtins
+            .iter()
+            .map(|b| Entry::new(Tool::from_builtin(b)))
+            .collect();
+        self.roles.push(RoleEntries {
+            role: role.to_owned(),
+            entries,
+        });
+        true
+    }
+
+    /// Removes a role and its tools.
+    pub fn remove_role(&mut self, role: &str) -> bool {
+        let before = self.roles.len();
+        self.roles.retain(|r| r.role != role);
+        self.roles.len() != before
+    }
+
+    /// Inserts or replaces `tool` in `role`, keeping the place of a replaced name.
+    pub fn put(&mut self, role: &str, tool: Tool) -> bool {
+        let Some(rt) = self.role_mut(role) else {
+            return false;
+        };
+        let entry = Entry::new(tool);
+        match rt
+            .entries
+            .iter_mut()
+            .find(|e| e.tool.name == entry.tool.name)
+        {
+            Some(slot) => *slot = entry,
+            None => rt.entries.push(entry),
+        }
+        true
+    }
+
+    /// Removes from `role` the tools `doomed` picks; returns how many.
+    fn remove_where(&mut self, role: &str, doomed: impl Fn(&Tool) -> bool) -> usize {
+        let Some(rt) = self.role_mut(role) else {
+            return 0;
+        };
+        let before = rt.entries.len();
+        rt.entries.retain(|e| !doomed(&e.tool));
+        before - rt.entries.len()
+    }
+
+    /// Removes `name` from `role`; true when it was there.
+    pub fn remove(&mut self, role: &str, name: &str) -> bool {
+        self.remove_where(role, |t| t.name == name) > 0
+    }
+
+    /// Removes every tool of `source` from `role`; returns how many.
+    pub fn clear_source(&mut self, role: &str, source: &str) -> usize {
+        self.remove_where(role, |t| t.source == source)
+    }
+
+    /// Removes, from every role, the tools of `source` whose callback origin
+    /// is `origin`. Returns how many (tool, role) pairs went.
+    pub fn evict(&mut self, source: &str, origin: &str) -> usize {
+        let doomed = |t: &Tool| {
+            t.source == source
+                && t.callback_url
+                    .as_deref()
+                    .and_then(super::eviction::origin_of)
+                    .as_deref()
+                    == Some(origin)
+        };
+        self.role_names()
+            .iter()
+            .map(|role| self.remove_where(role, doomed))
+            .sum()
+    }
+
+    pub fn find(&self, role: &str, name: &str) -> Option<&Tool> {
+        self.role(role)?
+            .entries
+            .iter()
+            .map(|e| &e.tool)
+            .find(|t| t.name == name)
+    }
+
+    /// The `GET /api/tools` body, `{"ok":true,"tools_by_role":{..}}`, for
+    /// every role (`None`) or one role (already checked to exist).
+    pub fn listing_json(&self, role: Option<&str>) -> String {
+        let roles: Vec<&RoleEntries> = self
+            .roles
+            .iter()
+            .filter(|r| role.is_none_or(|want| want == r.role))
+            .collect();
+        let size: usize = roles
+            .iter()
+            .flat_map(|r| &r.entries)
+            .map(|e| e.listed.len() + 1)
+            .sum();
+        let mut out = String::with_capacity(size + 64 * roles.len() + 32);
+        out.push_str(r#"{"ok":true,"tools_by_role":{"#);
+        for (i, r) in roles.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(&Value::String(r.role.clone()).to_string());
+            out.push_str(":[");
+            for (j, e) in r.entries.iter().enumerate() {
+                if j > 0 {
+                    out.push(',');
+                }
+                out.push_str(&e.listed);
+            }
+            out.push(']');
+        }
+        out.push_str("}}");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn tool(name: &str, source: &str, url: &str, scope: Scope) -> Tool {
+        Tool {
+            name: name.into(),
+            description: String::new(),
+            parameters: json!({}),
+            callback_url: Some(url.into()),
+            source: source.into(),
+            timeout_seconds: 30.0,
+            is_remote: true,
+            scope,
+        }
+    }
+
+    fn roles() -> Vec<String> {
+        vec!["小八".into(), "Lanlan".into()]
+    }
+
+    #[test]
+    fn replacing_keeps_the_place() {
+        let mut r = Registry::new(&roles(), &[]);
+        r.put("小八", tool("a", "s", "http://127.0.0.1:1/", Scope::Role));
+        r.put("小八", tool("b", "s", "http://127.0.0.1:1/", Scope::Role));
+        r.put("小八", tool("a", "t", "http://127.0.0.1:2/", Scope::Global));
+        let roles = r.roles();
+        let names: Vec<_> = roles[0]
+            .tools
+            .iter()
+            .map(|t| (t.name.as_str(), t.source.as_str()))
+            .collect();
+        assert_eq!(names, [("a", "t"), ("b", "s")]);
+    }
+
+    #[test]
+    fn unknown_role_is_reported() {
+        let r = Registry::new(&roles(), &[]);
+        assert_eq!(
+            r.target_roles(Some("Nobody")),
+            Err(UnknownRole("Nobody".into()))
+        );
+        assert_eq!(r.target_roles(None).unwrap(), roles());
+    }
+
+    #[test]
+    fn evict_matches_source_and_origin_in_every_role() {
+        let mut r = Registry::new(&roles(), &[]);
+        for role in roles() {
+            r.put(
+                &role,
+                tool("a", "plugin:p", "http://127.0.0.1:7000/a", Scope::Global),
+            );
+            r.put(
+                &role,
+                tool("b", "plugin:p", "http://127.0.0.1:7001/b", Scope::Global),
+            );
+            r.put(
+                &role,
+                tool("c", "plugin:q", "http://127.0.0.1:7000/c", Scope::Global),
+            );
+        }
+        assert_eq!(r.evict("plugin:p", "http://127.0.0.1:7000"), 2);
+        let left: Vec<_> = r.roles()[1].tools.iter().map(|t| t.name.clone()).collect();
+        assert_eq!(left, ["b", "c"]);
+    }
+
+    #[test]
+    fn listing_is_valid_json_in_role_order() {
+        let mut r = Registry::new(&roles(), &[]);
+        r.put(
+            "小八",
+            tool("q\"uote", "s", "http://127.0.0.1:1/", Scope::Role),
+        );
+        let body: Value = serde_json::from_str(&r.listing_json(None)).unwrap();
+        let keys: Vec<_> = body["tools_by_role"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(keys, roles());
+        assert_eq!(body["tools_by_role"]["小八"][0]["name"], "q\"uote");
+        assert_eq!(body["tools_by_role"]["Lanlan"], json!([]));
+    }
+
+    #[test]
+    fn listing_hides_schema_and_scope() {
+        let mut r = Registry::new(&roles(), &[]);
+        r.put("Lanlan", tool("a", "s", "http://127.0.0.1:1/", Scope::Role));
+        let body: Value = serde_json::from_str(&r.listing_json(Some("Lanlan"))).unwrap();
+        assert_eq!(
+            body,
+            json!({"ok":true,"tools_by_role":{"Lanlan":[{"name":"a","description":"","source":"s","callback_url":"http://127.0.0.1:1/","is_remote":true}]}})
+        );
+    }
+}

@@ -1,0 +1,239 @@
+//! What the four tool-API operations do to the registry and answer, once a
+//! request is valid: role targeting, per-role sync results, and the exact
+//! JSON of each 200 answer.
+//!
+//! Pure over the registry and the faults: no HTTP, no locking. An unknown
+//! role is returned as an error for the HTTP layer to turn into a 404.
+
+use serde_json::{Value, json};
+
+use super::faults::Faults;
+use super::registry::{Registry, Scope, Tool, UnknownRole};
+use super::requests::{ClearRequest, RegisterRequest, UnregisterRequest};
+
+/// The error a role reports when its sync is made to fail.
+pub const SYNC_FAILURE: &str = "session tool sync failed (injected by dev-server)";
+
+/// Per-role outcome of one operation.
+#[derive(Debug, Default)]
+struct RoleResults {
+    affected: Vec<String>,
+    failed: Vec<Value>,
+}
+
+impl RoleResults {
+    fn record(&mut self, role: &str, faults: &Faults) {
+        if faults.role_sync_fails(role) {
+            self.failed
+                .push(json!({ "role": role, "error": SYNC_FAILURE }));
+        } else {
+            self.affected.push(role.to_owned());
+        }
+    }
+
+    /// `ok` for unregister and clear: false only when some role failed and
+    /// none succeeded, so a no-op (unknown name) is `ok:true`.
+    fn ok_unless_all_failed(&self) -> bool {
+        self.failed.is_empty() || !self.affected.is_empty()
+    }
+}
+
+/// `POST /api/tools/register`. Every target role gets the tool written,
+/// even one whose sync then fails.
+pub fn register(
+    registry: &mut Registry,
+    faults: &Faults,
+    req: RegisterRequest,
+) -> Result<Value, UnknownRole> {
+    let roles = registry.target_roles(req.role.as_deref())?;
+    let scope = if req.role.is_none() {
+        Scope::Global
+    } else {
+        Scope::Role
+    };
+    let tool = Tool {
+        name: req.name.clone(),
+        description: req.description,
+        parameters: req.parameters,
+        callback_url: Some(req.callback_url),
+        source: req.source,
+        timeout_seconds: req.timeout_seconds,
+        is_remote: true,
+        scope,
+    };
+    let mut results = RoleResults::default();
+    for role in &roles {
+        registry.put(role, tool.clone());
+        results.record(role, faults);
+    }
+    let ok = !results.affected.is_empty();
+    let mut body = json!({
+        "ok": ok,
+        "registered": req.name,
+        "affected_roles": results.affected,
+        "failed_roles": results.failed,
+    });
+    if !ok && let Some(obj) = body.as_object_mut() {
+        obj.insert("error".into(), json!("no role accepted the registration"));
+    }
+    Ok(body)
+}
+
+/// `POST /api/tools/unregister`: removes the name whoever registered it.
+/// Only roles that held the name sync, so only they are reported.
+pub fn unregister(
+    registry: &mut Registry,
+    faults: &Faults,
+    req: UnregisterRequest,
+) -> Result<Value, UnknownRole> {
+    let roles = registry.target_roles(req.role.as_deref())?;
+    let mut results = RoleResults::default();
+    for role in &roles {
+        if registry.remove(role, &req.name) {
+            results.record(role, faults);
+        }
+    }
+    let removed = !results.affected.is_empty() || !results.failed.is_empty();
+    Ok(json!({
+        "ok": results.ok_unless_all_failed(),
+        "removed": removed,
+        "name": req.name,
+        "affected_roles": results.affected,
+        "failed_roles": results.failed,
+    }))
+}
+
+/// `POST /api/tools/clear`: `removed` counts (tool, role) pairs.
+pub fn clear(
+    registry: &mut Registry,
+    faults: &Faults,
+    req: ClearRequest,
+) -> Result<Value, UnknownRole> {
+    let roles = registry.target_roles(req.role.as_deref())?;
+    let mut results = RoleResults::default();
+    let mut removed = 0;
+    for role in &roles {
+        let n = registry.clear_source(role, &req.source);
+        if n > 0 {
+            removed += n;
+            results.record(role, faults);
+        }
+    }
+    Ok(json!({
+        "ok": results.ok_unless_all_failed(),
+        "removed": removed,
+        "source": req.source,
+        "affected_roles": results.affected,
+        "failed_roles": results.failed,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::devserver::builtin::default_builtins;
+
+    fn registry() -> Registry {
+        Registry::new(&["小八".into(), "Lanlan".into()], &default_builtins())
+    }
+
+    fn reg(name: &str, role: Option<&str>, source: &str) -> RegisterRequest {
+        RegisterRequest {
+            name: name.into(),
+            description: String::new(),
+            parameters: json!({}),
+            callback_url: "http://127.0.0.1:9/x".into(),
+            role: role.map(Into::into),
+            source: source.into(),
+            timeout_seconds: 30.0,
+        }
+    }
+
+    #[test]
+    fn global_register_writes_every_role_and_replaces_role_copies() {
+        let mut r = registry();
+        let f = Faults::default();
+        register(&mut r, &f, reg("t", Some("Lanlan"), "a")).unwrap();
+        let body = register(&mut r, &f, reg("t", None, "b")).unwrap();
+        assert_eq!(
+            body,
+            json!({"ok":true,"registered":"t","affected_roles":["小八","Lanlan"],"failed_roles":[]})
+        );
+        assert_eq!(
+            r.find("Lanlan", "t").map(|t| (t.source.as_str(), t.scope)),
+            Some(("b", Scope::Global))
+        );
+    }
+
+    #[test]
+    fn failing_sync_still_writes_and_reports() {
+        let mut r = registry();
+        let mut f = Faults::default();
+        f.failing_roles.insert("小八".into());
+        let body = register(&mut r, &f, reg("t", Some("小八"), "a")).unwrap();
+        assert_eq!(
+            body,
+            json!({"ok":false,"registered":"t","affected_roles":[],"failed_roles":[{"role":"小八","error":SYNC_FAILURE}],"error":"no role accepted the registration"})
+        );
+        assert!(r.find("小八", "t").is_some());
+        let body = register(&mut r, &f, reg("u", None, "a")).unwrap();
+        assert_eq!(body["ok"], json!(true));
+        assert_eq!(body["affected_roles"], json!(["Lanlan"]));
+    }
+
+    #[test]
+    fn unregister_unknown_name_is_ok_not_removed() {
+        let mut r = registry();
+        let body = unregister(
+            &mut r,
+            &Faults::default(),
+            UnregisterRequest {
+                name: "nope".into(),
+                role: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            body,
+            json!({"ok":true,"removed":false,"name":"nope","affected_roles":[],"failed_roles":[]})
+        );
+    }
+
+    #[test]
+    fn clear_counts_pairs_and_can_delete_builtins() {
+        let mut r = registry();
+        let f = Faults::default();
+        register(&mut r, &f, reg("t", None, "s")).unwrap();
+        register(&mut r, &f, reg("u", Some("小八"), "s")).unwrap();
+        let body = clear(
+            &mut r,
+            &f,
+            ClearRequest {
+                source: "s".into(),
+                role: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(body["removed"], json!(3));
+        let body = clear(
+            &mut r,
+            &f,
+            ClearRequest {
+                source: "builtin".into(),
+                role: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(body["removed"], json!(4));
+        assert!(r.roles().iter().all(|rt| rt.tools.is_empty()));
+    }
+
+    #[test]
+    fn unknown_role_is_an_error() {
+        let mut r = registry();
+        assert_eq!(
+            register(&mut r, &Faults::default(), reg("t", Some("X"), "s")),
+            Err(UnknownRole("X".into()))
+        );
+    }
+}

@@ -1,0 +1,367 @@
+//! The callback half of the contract, through the stand-in's
+//! `/__dev/invoke`: the body main_server POSTs, the six reading rules, and
+//! dead-plugin eviction, against tiny callback servers playing a plugin.
+//!
+//! Every test needs `/__dev/` control, so against a real server they all
+//! say they were skipped.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::{CallbackServer, Target, dev_target, refused_port, silent_server};
+
+async fn register(t: &Target, name: &str, url: &str, source: &str, timeout: f64) {
+    let (status, body) = t
+        .register(json!({"name": name, "callback_url": url, "source": source, "timeout_seconds": timeout}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+}
+
+async fn invoke(t: &Target, body: Value) -> (u16, Value) {
+    t.post("/__dev/invoke", &body).await
+}
+
+/// Registers a tool answering `status`/`body` and calls it once.
+async fn call_answering(
+    status: u16,
+    content_type: &'static str,
+    body: &'static str,
+) -> Option<Value> {
+    let (t, _h) = dev_target("call_answering").await?;
+    let cb = CallbackServer::start(status, content_type, body).await;
+    register(&t, "t", &cb.url, "external", 30.0).await;
+    let (code, answer) = invoke(&t, json!({"name": "t", "arguments": {}})).await;
+    assert_eq!(code, 200, "{answer}");
+    Some(answer)
+}
+
+#[tokio::test]
+async fn callback_body_carries_name_arguments_call_id_and_raw_text() {
+    let Some((t, _h)) = dev_target("callback_body").await else {
+        return;
+    };
+    let cb =
+        CallbackServer::start(200, "application/json", r#"{"output":1,"is_error":false}"#).await;
+    register(&t, "get_weather", &cb.url, "external", 30.0).await;
+    let raw = "{\"city\": \"東京\"}";
+    let (_, answer) = invoke(
+        &t,
+        json!({"name": "get_weather", "raw_arguments": raw, "role": "Lanlan"}),
+    )
+    .await;
+    let got = cb.received();
+    assert_eq!(got.len(), 1);
+    let call_id = got[0]["call_id"].as_str().unwrap();
+    assert!(
+        call_id.starts_with("call_") && call_id.len() > 5,
+        "{call_id}"
+    );
+    assert_eq!(answer["call_id"], call_id);
+    assert_eq!(answer["role"], "Lanlan");
+    assert_eq!(
+        got[0],
+        json!({"name":"get_weather","arguments":{"city":"東京"},"call_id":call_id,"raw_arguments":raw})
+    );
+}
+
+#[tokio::test]
+async fn arguments_are_wrapped_when_not_a_json_object() {
+    let Some((t, _h)) = dev_target("arguments_are_wrapped").await else {
+        return;
+    };
+    let cb = CallbackServer::start(200, "application/json", "{}").await;
+    register(&t, "t", &cb.url, "external", 30.0).await;
+    invoke(&t, json!({"name": "t", "raw_arguments": "city=Tokyo"})).await;
+    invoke(&t, json!({"name": "t", "raw_arguments": "[1,2]"})).await;
+    invoke(&t, json!({"name": "t", "arguments": {"a": 1}})).await;
+    let args: Vec<_> = cb
+        .received()
+        .iter()
+        .map(|b| (b["arguments"].clone(), b["raw_arguments"].clone()))
+        .collect();
+    assert_eq!(
+        args,
+        [
+            (json!({"_raw": "city=Tokyo"}), json!("city=Tokyo")),
+            (json!({"value": [1, 2]}), json!("[1,2]")),
+            (json!({"a": 1}), json!("{\"a\":1}")),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn rule1_error_status_is_a_failed_call_with_200_chars() {
+    let long: &'static str = Box::leak("x".repeat(300).into_boxed_str());
+    let Some(answer) = call_answering(500, "text/plain", long).await else {
+        return;
+    };
+    let msg = format!(
+        "remote tool callback returned HTTP 500: {}",
+        "x".repeat(200)
+    );
+    assert_eq!(answer["output"], json!({ "error": msg }));
+    assert_eq!(
+        (answer["is_error"].clone(), answer["error"].clone()),
+        (json!(true), json!(msg))
+    );
+}
+
+#[tokio::test]
+async fn rule2_non_json_body_is_the_output_text() {
+    let Some(answer) = call_answering(200, "text/plain", "sunny, 22°C").await else {
+        return;
+    };
+    assert_eq!(
+        (answer["output"].clone(), answer["is_error"].clone()),
+        (json!("sunny, 22°C"), json!(false))
+    );
+    let Some(answer) = call_answering(200, "application/json", "").await else {
+        return;
+    };
+    assert_eq!(answer["output"], json!(""));
+}
+
+#[tokio::test]
+async fn rule3_non_object_json_is_that_value() {
+    let Some(answer) = call_answering(200, "application/json", "[1, \"two\"]").await else {
+        return;
+    };
+    assert_eq!(answer["output"], json!([1, "two"]));
+}
+
+#[tokio::test]
+async fn rule4_object_without_envelope_keys_is_the_whole_output() {
+    let Some(answer) =
+        call_answering(200, "application/json", r#"{"temp_c":22,"error":"x"}"#).await
+    else {
+        return;
+    };
+    assert_eq!(answer["output"], json!({"temp_c":22,"error":"x"}));
+    assert_eq!(
+        (answer["is_error"].clone(), answer["error"].clone()),
+        (json!(false), json!(null))
+    );
+}
+
+#[tokio::test]
+async fn rule5_envelope_is_error_is_truthy_tested() {
+    let body = r#"{"output":null,"is_error":"false","error":"city not found"}"#;
+    let Some(answer) = call_answering(200, "application/json", body).await else {
+        return;
+    };
+    assert_eq!(
+        answer,
+        json!({"call_id": answer["call_id"], "role": "小八", "output": null, "is_error": true, "error": "city not found", "images": [], "warnings": []})
+    );
+    let Some(answer) = call_answering(
+        200,
+        "application/json",
+        r#"{"output":{"a":1},"is_error":false,"error":"hidden"}"#,
+    )
+    .await
+    else {
+        return;
+    };
+    assert_eq!(
+        (answer["output"].clone(), answer["error"].clone()),
+        (json!({"a":1}), json!(null))
+    );
+    let Some(answer) = call_answering(
+        200,
+        "application/json",
+        r#"{"is_error":0,"x":1,"images":[]}"#,
+    )
+    .await
+    else {
+        return;
+    };
+    assert_eq!(answer["output"], json!({"is_error":0,"x":1}));
+}
+
+#[tokio::test]
+async fn rule5_at_most_two_valid_images_pass() {
+    let body = r#"{"output":"ok","is_error":false,"images":[
+        {"data_b64":"aGk=","mime":"image/png","vision_prompt":"one"},
+        {"data_b64":"","mime":"image/png","vision_prompt":"bad"},
+        {"data_b64":"aGk=","mime":"image/jpeg","vision_prompt":"two"},
+        {"data_b64":"aGk=","mime":"image/png","vision_prompt":"three"}]}"#;
+    let Some(answer) = call_answering(200, "application/json", body).await else {
+        return;
+    };
+    let prompts: Vec<_> = answer["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["vision_prompt"].clone())
+        .collect();
+    assert_eq!(prompts, [json!("one"), json!("two")]);
+    assert_eq!(answer["warnings"].as_array().unwrap().len(), 2, "{answer}");
+}
+
+#[tokio::test]
+async fn redirects_are_not_followed_and_read_like_any_answer() {
+    let Some(answer) = call_answering(307, "application/json", r#"{"output":"moved"}"#).await
+    else {
+        return;
+    };
+    assert_eq!(
+        (answer["output"].clone(), answer["is_error"].clone()),
+        (json!("moved"), json!(false))
+    );
+}
+
+#[tokio::test]
+async fn rule6_refused_connection_is_a_connect_error() {
+    let Some((t, _h)) = dev_target("rule6_refused").await else {
+        return;
+    };
+    let url = format!("http://127.0.0.1:{}/tool", refused_port().await);
+    register(&t, "t", &url, "external", 30.0).await;
+    let (_, answer) = invoke(&t, json!({"name": "t"})).await;
+    let msg = "remote tool callback HTTP failure: ConnectError: All connection attempts failed";
+    assert_eq!(
+        (answer["output"].clone(), answer["is_error"].clone()),
+        (json!({"error": msg}), json!(true))
+    );
+}
+
+#[tokio::test]
+async fn rule6_silence_past_timeout_seconds_is_a_read_timeout() {
+    let Some((t, _h)) = dev_target("rule6_read_timeout").await else {
+        return;
+    };
+    let (url, _silent) = silent_server().await;
+    register(&t, "t", &url, "plugin:slow", 0.2).await;
+    let (_, answer) = invoke(&t, json!({"name": "t"})).await;
+    assert_eq!(
+        answer["output"],
+        json!({"error": "remote tool callback HTTP failure: ReadTimeout: "})
+    );
+}
+
+#[tokio::test]
+async fn unknown_tool_or_role_is_404_and_builtins_answer() {
+    let Some((t, _h)) = dev_target("unknown_tool").await else {
+        return;
+    };
+    assert_eq!(
+        invoke(&t, json!({"name": "nope"})).await,
+        (
+            404,
+            json!({"detail": "role 小八 has no tool named \"nope\""})
+        )
+    );
+    assert_eq!(
+        invoke(&t, json!({"name": "web_search", "role": "X"})).await,
+        (404, json!({"detail": "unknown role: X"}))
+    );
+    let (status, answer) = invoke(
+        &t,
+        json!({"name": "web_search", "arguments": {"query": "neko"}}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        answer["output"],
+        neko_sidecar::devserver::default_builtins()[0].answer
+    );
+}
+
+// ---- dead-plugin eviction ----
+
+#[tokio::test]
+async fn third_connection_failure_evicts_the_plugins_tools_on_that_port_everywhere() {
+    let Some((t, h)) = dev_target("eviction").await else {
+        return;
+    };
+    let dead = refused_port().await;
+    let alive = CallbackServer::start(200, "application/json", "{}").await;
+    let dead_url = format!("http://127.0.0.1:{dead}/a");
+    register(&t, "a", &dead_url, "plugin:p", 30.0).await;
+    register(
+        &t,
+        "b",
+        &format!("http://127.0.0.1:{dead}/b"),
+        "plugin:p",
+        30.0,
+    )
+    .await;
+    register(&t, "c", &alive.url, "plugin:p", 30.0).await;
+    register(
+        &t,
+        "d",
+        &format!("http://127.0.0.1:{dead}/d"),
+        "plugin:other",
+        30.0,
+    )
+    .await;
+    for _ in 0..2 {
+        invoke(&t, json!({"name": "a"})).await;
+    }
+    assert_eq!(
+        h.registry_snapshot().names("Lanlan"),
+        ["web_search", "get_current_time", "a", "b", "c", "d"]
+    );
+    let (status, answer) = invoke(&t, json!({"name": "b", "role": "Lanlan"})).await;
+    assert_eq!((status, answer["is_error"].clone()), (200, json!(true)));
+    for role in ["小八", "Lanlan"] {
+        assert_eq!(
+            h.registry_snapshot().names(role),
+            ["web_search", "get_current_time", "c", "d"],
+            "{role}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_completed_exchange_resets_the_failure_count() {
+    let Some((t, h)) = dev_target("eviction_reset").await else {
+        return;
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let url = format!("http://{addr}/tool");
+    register(&t, "a", &url, "plugin:p", 30.0).await;
+    invoke(&t, json!({"name": "a"})).await;
+    invoke(&t, json!({"name": "a"})).await;
+    let cb = CallbackServer::start_on(
+        tokio::net::TcpListener::bind(addr).await.unwrap(),
+        500,
+        "text/plain",
+        "boom",
+    );
+    let (_, answer) = invoke(&t, json!({"name": "a"})).await;
+    assert_eq!(
+        answer["output"],
+        json!({"error": "remote tool callback returned HTTP 500: boom"})
+    );
+    cb.stop().await;
+    invoke(&t, json!({"name": "a"})).await;
+    invoke(&t, json!({"name": "a"})).await;
+    assert!(
+        h.registry_snapshot().tool("小八", "a").is_some(),
+        "2 failures after a reset must not evict"
+    );
+    invoke(&t, json!({"name": "a"})).await;
+    assert!(h.registry_snapshot().tool("小八", "a").is_none());
+}
+
+#[tokio::test]
+async fn read_timeouts_and_non_plugin_sources_never_evict() {
+    let Some((t, h)) = dev_target("eviction_exempt").await else {
+        return;
+    };
+    let (silent, _task) = silent_server().await;
+    register(&t, "slow", &silent, "plugin:p", 0.1).await;
+    let refused = format!("http://127.0.0.1:{}/x", refused_port().await);
+    register(&t, "ext", &refused, "external", 30.0).await;
+    for _ in 0..3 {
+        invoke(&t, json!({"name": "slow"})).await;
+        invoke(&t, json!({"name": "ext"})).await;
+    }
+    assert_eq!(
+        h.registry_snapshot().names("小八"),
+        ["web_search", "get_current_time", "slow", "ext"]
+    );
+}

@@ -1,0 +1,239 @@
+//! Shared helpers of the stand-in's integration tests: the target server
+//! (in-process stand-in, or a real main_server named by
+//! `NEKO_MAIN_SERVER_URL`), a plain HTTP client, and tiny callback servers
+//! that play a plugin.
+//!
+//! Each test binary uses a different subset, hence the dead-code allowance.
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use neko_sidecar::devserver::{DevServer, DevServerHandle};
+use serde_json::Value;
+use tokio::net::TcpListener;
+
+/// The env var naming a real main_server to run the contract against.
+pub const REAL_SERVER_ENV: &str = "NEKO_MAIN_SERVER_URL";
+
+/// The server under test and a client for it.
+pub struct Target {
+    pub url: String,
+    /// Set for the in-process stand-in; `None` against a real server.
+    pub handle: Option<DevServerHandle>,
+    pub client: reqwest::Client,
+}
+
+/// A client that shows redirects instead of following them.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
+/// A fresh in-process stand-in on a port-0 listener.
+pub async fn dev_server() -> DevServerHandle {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    DevServer::builder().start(listener).unwrap()
+}
+
+/// The target of a test that needs no `/__dev/` control.
+pub async fn target() -> Target {
+    match std::env::var(REAL_SERVER_ENV) {
+        Ok(url) if !url.is_empty() => Target {
+            url: url.trim_end_matches('/').to_owned(),
+            handle: None,
+            client: client(),
+        },
+        _ => {
+            let handle = dev_server().await;
+            Target {
+                url: handle.url(),
+                handle: Some(handle),
+                client: client(),
+            }
+        }
+    }
+}
+
+/// The target of a test that needs `/__dev/` control: `None` (after saying
+/// so) when running against a real server.
+pub async fn dev_target(test: &str) -> Option<(Target, DevServerHandle)> {
+    if std::env::var(REAL_SERVER_ENV).is_ok_and(|u| !u.is_empty()) {
+        eprintln!("{test}: skipped against real server: needs /__dev/ control");
+        return None;
+    }
+    let t = target().await;
+    let h = t.handle.clone().unwrap();
+    Some((t, h))
+}
+
+/// A name unique to this test and process, so tests against one real
+/// server do not step on each other.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}_{}", std::process::id())
+}
+
+impl Target {
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let res = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        split(res).await
+    }
+
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        content_type: Option<&str>,
+        body: &'static [u8],
+    ) -> (u16, Value) {
+        let mut req = self.client.post(format!("{}{path}", self.url)).body(body);
+        if let Some(ct) = content_type {
+            req = req.header("content-type", ct);
+        }
+        split(req.send().await.unwrap()).await
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        split(
+            self.client
+                .get(format!("{}{path}", self.url))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+    }
+
+    /// The role names the server has, in its order.
+    pub async fn roles(&self) -> Vec<String> {
+        let (status, body) = self.get("/api/tools").await;
+        assert_eq!(status, 200, "{body}");
+        body["tools_by_role"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// The tool `name` as `GET /api/tools` lists it for `role`.
+    pub async fn listed(&self, role: &str, name: &str) -> Option<Value> {
+        let (_, body) = self.get("/api/tools").await;
+        body["tools_by_role"][role]
+            .as_array()?
+            .iter()
+            .find(|t| t["name"] == name)
+            .cloned()
+    }
+
+    pub async fn register(&self, body: Value) -> (u16, Value) {
+        self.post("/api/tools/register", &body).await
+    }
+}
+
+/// Status and JSON body (`null` for an empty or non-JSON body).
+pub async fn split(res: reqwest::Response) -> (u16, Value) {
+    let status = res.status().as_u16();
+    let bytes = res.bytes().await.unwrap();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// A callback server that answers every request with a fixed answer and
+/// keeps the bodies it received.
+pub struct CallbackServer {
+    pub url: String,
+    pub port: u16,
+    pub received: Arc<Mutex<Vec<Value>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl CallbackServer {
+    pub async fn start(status: u16, content_type: &'static str, body: &'static str) -> Self {
+        Self::start_on(
+            TcpListener::bind("127.0.0.1:0").await.unwrap(),
+            status,
+            content_type,
+            body,
+        )
+    }
+
+    pub fn start_on(
+        listener: TcpListener,
+        status: u16,
+        content_type: &'static str,
+        body: &'static str,
+    ) -> Self {
+        let port = listener.local_addr().unwrap().port();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let seen = received.clone();
+        let app = axum::Router::new().fallback(move |bytes: Bytes| {
+            let seen = seen.clone();
+            async move {
+                seen.lock()
+                    .unwrap()
+                    .push(serde_json::from_slice(&bytes).unwrap_or(Value::Null));
+                let mut res = axum::response::Response::new(axum::body::Body::from(body));
+                *res.status_mut() = StatusCode::from_u16(status).unwrap();
+                res.headers_mut()
+                    .insert("content-type", content_type.parse().unwrap());
+                if (300..400).contains(&status) {
+                    res.headers_mut()
+                        .insert("location", "http://127.0.0.1:9/elsewhere".parse().unwrap());
+                }
+                res
+            }
+        });
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        CallbackServer {
+            url: format!("http://127.0.0.1:{port}/tool"),
+            port,
+            received,
+            task,
+        }
+    }
+
+    pub fn received(&self) -> Vec<Value> {
+        self.received.lock().unwrap().clone()
+    }
+
+    /// Stops serving; the port then refuses connections.
+    pub async fn stop(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+}
+
+/// A port nothing listens on: bound, then dropped.
+pub async fn refused_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// A server that accepts connections and never answers.
+pub async fn silent_server() -> (String, tokio::task::JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/tool", l.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = l.accept().await {
+            held.push(sock);
+        }
+    });
+    (url, task)
+}
