@@ -249,10 +249,12 @@ pub fn count(log: &[RequestRecord], method: &str, path: &str) -> usize {
         .count()
 }
 
-/// Register requests for one tool name.
+/// Our register requests (our source) for one tool name.
 pub fn registers_of(log: &[RequestRecord], name: &str) -> usize {
     log.iter()
-        .filter(|r| r.path == "/api/tools/register" && r.body["name"] == name)
+        .filter(|r| {
+            r.path == "/api/tools/register" && r.body["name"] == name && r.body["source"] == SOURCE
+        })
         .count()
 }
 
