@@ -153,3 +153,27 @@ async fn tools_removed_by_someone_else_come_back_within_a_poll() {
     .await;
     run.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_a_long_backoff_at_once() {
+    let h = dev_server().await;
+    let cfg = agent_config(
+        &h.url(),
+        "poll_interval = \"100ms\"\nbackoff_initial = \"30s\"\nbackoff_max = \"60s\"\n",
+    );
+    let d = desired(&[tool("a")]);
+    h.stop_listener().await;
+    let run = start(&cfg, d, url_for(dead_port().await, "tok"));
+    // The first GET is refused: the next try is up to 30 s away.
+    run.wait("main_server unreachable", |s| {
+        s.main_server.reachable == Some(false)
+    })
+    .await;
+    let asked = Instant::now();
+    run.shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(1), run.task)
+        .await
+        .expect("the engine must stop at once, not after its backoff")
+        .unwrap();
+    assert!(asked.elapsed() < Duration::from_secs(1));
+}
