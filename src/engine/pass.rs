@@ -143,6 +143,14 @@ impl Engine {
 
     /// Status (and retry bookkeeping) for one verdict; true when settled.
     fn record_verdict(&mut self, name: &str, verdict: &Verdict, now: Instant) -> bool {
+        if matches!(
+            verdict,
+            Verdict::Conflict(_) | Verdict::Rejected | Verdict::WaitingForRole(_)
+        ) {
+            // Settled for another reason than a failure: a later need to
+            // register starts a fresh backoff (and shows as pending).
+            self.tool_retries.remove(name);
+        }
         match verdict {
             Verdict::InSync => {
                 self.tool_retries.remove(name);
@@ -153,7 +161,11 @@ impl Engine {
                 true
             }
             Verdict::Register(_) => {
-                self.status.set_tool(name, ToolState::Pending);
+                // A due retry stays `retrying` (with its attempt count) until
+                // it succeeds or fails again, instead of flipping to pending.
+                if !self.tool_retries.contains_key(name) {
+                    self.status.set_tool(name, ToolState::Pending);
+                }
                 false
             }
             Verdict::Conflict(c) => {
@@ -348,7 +360,7 @@ impl Engine {
                 match result {
                     Ok(reply) => {
                         if !reply.failed_roles.is_empty() {
-                            tracing::debug!(tool = %name, failed_roles = ?reply.failed_roles, "registration partly failed; the next GET judges");
+                            tracing::info!(tool = %name, failed_roles = ?reply.failed_roles, "registration accepted but some roles failed to sync; the next GET judges");
                         }
                         m.registered = Some(Registered {
                             fingerprint,
