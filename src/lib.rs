@@ -5,15 +5,20 @@
 //! into this library; see ARCHITECTURE.md for the module map.
 #![forbid(unsafe_code)]
 
+pub mod backoff;
 pub mod check;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod desired;
 pub mod devserver;
 pub mod diag;
 pub mod duration;
+pub mod engine;
 pub mod logging;
 pub mod manifest;
+pub mod planner;
 pub mod reload;
+pub mod status;
 pub mod systemd;
 pub mod tomldoc;
