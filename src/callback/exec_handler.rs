@@ -6,9 +6,11 @@
 //! with the manifest's env plus `NEKO_TOOL_NAME` and `NEKO_CALL_ID`. stdout
 //! is read up to `max_output_bytes`; stderr is logged line by line and its
 //! tail kept for error messages. Whatever happens, the process group is
-//! stopped and the child reaped before the call answers: a call never
-//! leaves a zombie or a straggler behind. The answer's shape is decided in
-//! `envelope`, not here.
+//! stopped and the child reaped: a call never leaves a zombie or a
+//! straggler behind. A handler stopped early (deadline, too much output)
+//! gets SIGTERM, then SIGKILL after `kill_grace`, in a background task the
+//! drain waits for, so the answer is not delayed by the grace. The answer's
+//! shape is decided in `envelope`, not here.
 
 use std::io::ErrorKind;
 use std::process::{ExitStatus, Stdio};
@@ -18,6 +20,7 @@ use std::time::Duration;
 use rustix::process::{Pid, Signal, kill_process_group};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
 
 use super::handler::{HandlerContext, HandlerError, Invocation};
 use crate::manifest::ExecHandler;
@@ -93,7 +96,7 @@ pub async fn call(
         .take()
         .map(|s| tokio::spawn(log_stderr(s, tool.to_string(), tail.clone())));
     let Some(stdout) = child.stdout.take() else {
-        stop(&mut child, group, Duration::ZERO).await;
+        stop(&mut child, group, Duration::ZERO, &ctx.hard_stop).await;
         return Err(HandlerError::Failed {
             detail: "the handler's stdout was not captured".into(),
         });
@@ -121,68 +124,93 @@ pub async fn call(
         }
     };
 
-    let result = match end {
+    // A handler stopped early gets SIGTERM and `kill_grace` to exit; that
+    // happens in a tracked background task so the answer does not wait for
+    // it (it must reach main_server before its timeout). A drain waits for
+    // that task too, and a forced stop cuts its grace short.
+    let stop_later = |child: Child, stderr_task: Option<tokio::task::JoinHandle<()>>| {
+        let grace = ctx.kill_grace;
+        let hard_stop = ctx.hard_stop.clone();
+        ctx.tasks.spawn(async move {
+            let mut child = child;
+            stop(&mut child, group, grace, &hard_stop).await;
+            if let Some(t) = stderr_task {
+                t.abort();
+            }
+        });
+    };
+    match end {
         End::Finished(Ok((out, false, status))) => {
             // Stragglers of a finished handler (background jobs) go too.
-            stop(&mut child, group, Duration::ZERO).await;
+            stop(&mut child, group, Duration::ZERO, &ctx.hard_stop).await;
             if status.success() {
-                Ok(out)
-            } else {
-                let stderr = take_tail(stderr_task, &tail).await;
-                let (tail_from, tail) = if stderr.is_empty() && !out.is_empty() {
-                    ("stdout began with", quote_start(&out))
-                } else {
-                    ("stderr ended with", stderr)
-                };
-                return Err(HandlerError::Exited {
-                    how: describe_exit(status),
-                    tail_from,
-                    tail,
-                });
+                if let Some(t) = stderr_task {
+                    t.abort();
+                }
+                return Ok(out);
             }
+            let stderr = take_tail(stderr_task, &tail).await;
+            let (tail_from, tail) = if stderr.is_empty() && !out.is_empty() {
+                ("stdout began with", quote_start(&out))
+            } else {
+                ("stderr ended with", stderr)
+            };
+            Err(HandlerError::Exited {
+                how: describe_exit(status),
+                tail_from,
+                tail,
+            })
         }
         End::Finished(Ok((_, true, _))) => {
-            stop(&mut child, group, ctx.kill_grace).await;
+            stop_later(child, stderr_task);
             Err(HandlerError::OutputTooLarge {
                 limit: ctx.max_output_bytes,
             })
         }
         End::Finished(Err(e)) => {
-            stop(&mut child, group, ctx.kill_grace).await;
+            stop_later(child, stderr_task);
             Err(HandlerError::Failed {
                 detail: format!("reading the handler's output: {e}"),
             })
         }
         End::TimedOut => {
-            stop(&mut child, group, ctx.kill_grace).await;
+            stop_later(child, stderr_task);
             Err(HandlerError::Timeout {
                 budget: call.budget,
                 stopped: true,
             })
         }
         End::Stopped => {
-            stop(&mut child, group, Duration::ZERO).await;
+            stop(&mut child, group, Duration::ZERO, &ctx.hard_stop).await;
+            if let Some(t) = stderr_task {
+                t.abort();
+            }
             Err(HandlerError::ShuttingDown)
         }
-    };
-    if let Some(t) = stderr_task {
-        t.abort();
     }
-    result
 }
 
-/// Stops the handler's process group: SIGTERM, up to `grace` for the
-/// leader to exit, then SIGKILL to the whole group (stragglers included),
-/// then reaps the leader. With no grace, SIGKILL at once.
-async fn stop(child: &mut Child, group: Option<Pid>, grace: Duration) {
+/// Stops the handler's process group: SIGTERM, up to `grace` (or until
+/// `hard_stop`) for the leader to exit, then SIGKILL to the whole group
+/// (stragglers included), then reaps the leader. With no grace, SIGKILL at
+/// once.
+async fn stop(
+    child: &mut Child,
+    group: Option<Pid>,
+    grace: Duration,
+    hard_stop: &CancellationToken,
+) {
     let Some(group) = group else {
-        // No id means tokio already reaped it.
+        // No id at spawn: nothing to signal; kill_on_drop is the fallback.
         return;
     };
     if !grace.is_zero() && matches!(child.try_wait(), Ok(None)) {
         // ESRCH (already gone) is the only expected error; nothing to do.
         let _ = kill_process_group(group, Signal::TERM);
-        let _ = tokio::time::timeout(grace, child.wait()).await;
+        tokio::select! {
+            _ = tokio::time::timeout(grace, child.wait()) => {}
+            () = hard_stop.cancelled() => {}
+        }
     }
     let _ = kill_process_group(group, Signal::KILL);
     if let Err(e) = child.wait().await {

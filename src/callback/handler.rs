@@ -10,6 +10,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::exec_handler;
 use super::http_handler::{self, HttpClients};
@@ -85,6 +86,9 @@ pub struct HandlerContext {
     /// Cancelled when a drain passes its deadline: running handlers are
     /// stopped at once.
     pub hard_stop: CancellationToken,
+    /// Every running call and every background stop of a handler process,
+    /// so a drain can wait for them all.
+    pub tasks: TaskTracker,
 }
 
 /// One call as the handler sees it.

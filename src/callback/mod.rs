@@ -139,8 +139,8 @@ struct Shared {
     rejections: Rejections,
     /// Cancelled to stop accepting (a child of the daemon's shutdown token).
     stop_accepting: CancellationToken,
-    /// Every running call, so a drain can wait for them.
-    calls: TaskTracker,
+    /// For the 413 message.
+    max_body_bytes: usize,
 }
 
 impl Shared {
@@ -174,10 +174,11 @@ impl CallbackServer {
                 max_output_bytes: settings.max_output_bytes,
                 kill_grace: settings.kill_grace,
                 hard_stop: CancellationToken::new(),
+                tasks: TaskTracker::new(),
             },
             rejections: Rejections::default(),
             stop_accepting: shutdown.child_token(),
-            calls: TaskTracker::new(),
+            max_body_bytes: settings.max_body_bytes,
         });
         let app = Router::new()
             .route("/cb/{token}/{tool}", post(on_call))
@@ -254,8 +255,8 @@ impl CallbackHandle {
     pub async fn drain(&self, deadline: Instant) -> Drained {
         let s = &self.shared;
         s.stop_accepting.cancel();
-        s.calls.close();
-        let drained = if tokio::time::timeout_at(deadline, s.calls.wait())
+        s.handlers.tasks.close();
+        let drained = if tokio::time::timeout_at(deadline, s.handlers.tasks.wait())
             .await
             .is_ok()
         {
@@ -263,7 +264,7 @@ impl CallbackHandle {
         } else {
             tracing::warn!("calls still running at the shutdown deadline; stopping them");
             s.handlers.hard_stop.cancel();
-            let _ = tokio::time::timeout(FORCED_STOP_GRACE, s.calls.wait()).await;
+            let _ = tokio::time::timeout(FORCED_STOP_GRACE, s.handlers.tasks.wait()).await;
             Drained::Forced
         };
         // Open connections close as soon as their last answer is written.
@@ -328,7 +329,10 @@ async fn on_call(
             shared.rejections.count_too_large();
             let e = Envelope::failure(
                 "BODY_TOO_LARGE",
-                "the call's body is larger than the sidecar accepts (callback.max_body_bytes)",
+                format!(
+                    "the call's body is larger than the sidecar accepts ({} bytes, callback.max_body_bytes)",
+                    shared.max_body_bytes
+                ),
             );
             return answer(StatusCode::PAYLOAD_TOO_LARGE, &e);
         }
@@ -369,7 +373,7 @@ async fn on_call(
     // handler off halfway (an exec handler is always stopped and reaped),
     // and a panic stays in that task.
     let task_shared = shared.clone();
-    let task = shared.calls.spawn(async move {
+    let task = shared.handlers.tasks.spawn(async move {
         call::answer(&task_shared.handlers, route, body, arrived, draining).await
     });
     match task.await {
