@@ -163,7 +163,9 @@ async fn a_reload_swaps_tools_and_keeps_statistics() {
 }
 
 /// A tool whose handler blocks until released, counting its calls.
-async fn blocking_sidecar() -> (
+async fn blocking_sidecar(
+    extra: &str,
+) -> (
     tempfile::TempDir,
     Arc<Sidecar>,
     Arc<Notify>,
@@ -183,7 +185,7 @@ async fn blocking_sidecar() -> (
     let addr = serve_http(router).await;
     let dir = tempfile::tempdir().unwrap();
     let toml = format!(
-        "[[tool]]\nname = \"b\"\ndescription = \"d\"\nhandler = {{ type = \"http\", url = \"http://{addr}/b\" }}\n"
+        "[[tool]]\nname = \"b\"\ndescription = \"d\"\n{extra}\nhandler = {{ type = \"http\", url = \"http://{addr}/b\" }}\n"
     );
     let sc = Arc::new(Sidecar::start(&state(dir.path(), &toml)).await);
     (dir, sc, release, hits)
@@ -191,7 +193,7 @@ async fn blocking_sidecar() -> (
 
 #[tokio::test]
 async fn a_drain_lets_running_calls_finish_and_takes_no_new_ones() {
-    let (_d, sc, release, hits) = blocking_sidecar().await;
+    let (_d, sc, release, hits) = blocking_sidecar("").await;
     let running = tokio::spawn({
         let sc = sc.clone();
         async move { sc.call("b", json!({})).await }
@@ -273,4 +275,30 @@ async fn the_shutdown_token_stops_accepting() {
             .await,
         Drained::Clean
     );
+}
+
+#[tokio::test]
+async fn a_forced_drain_also_answers_calls_waiting_for_a_slot() {
+    let (_d, sc, _release, hits) = blocking_sidecar("max_concurrency = 1").await;
+    let call = |sc: &Arc<Sidecar>| {
+        let sc = sc.clone();
+        tokio::spawn(async move { sc.call("b", json!({})).await })
+    };
+    let holding = call(&sc);
+    assert!(wait_until(Duration::from_secs(5), || hits.load(Ordering::SeqCst) == 1).await);
+    let waiting = call(&sc);
+    assert!(
+        wait_until(Duration::from_secs(5), || sc.handle.stats().tools["b"]
+            .in_flight
+            == 2)
+        .await
+    );
+    let drained = sc
+        .handle
+        .drain(Instant::now() + Duration::from_millis(100))
+        .await;
+    assert_eq!(drained, Drained::Forced);
+    failure(&holding.await.unwrap(), "SIDECAR_SHUTTING_DOWN");
+    failure(&waiting.await.unwrap(), "SIDECAR_SHUTTING_DOWN");
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
 }

@@ -73,7 +73,13 @@ async fn run(
     }
     let budget = call_budget(spec.timeout());
     let deadline = arrived + budget;
-    let Some(_slot) = route.slots.acquire(deadline).await else {
+    let slot = tokio::select! {
+        s = route.slots.acquire(deadline) => s,
+        () = ctx.hard_stop.cancelled() => {
+            return fail(Outcome::ShuttingDown, "the sidecar is shutting down and takes no new calls; try again shortly".into());
+        }
+    };
+    let Some(_slot) = slot else {
         let max = route.slots.limit().map_or(0, |n| n.get());
         return fail(
             Outcome::TooManyCalls,
