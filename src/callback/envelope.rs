@@ -76,7 +76,7 @@ impl Envelope {
         }
     }
 
-    /// The code of a failure made by the sidecar, if it is one.
+    /// The `code` in the output, where the sidecar's own failures put it.
     pub fn code(&self) -> Option<&str> {
         self.output.get("code").and_then(Json::as_str)
     }

@@ -31,9 +31,14 @@
 //! `drain`) stops accepting connections at once; a call that still arrives
 //! on an open keep-alive connection gets an `is_error` envelope
 //! (`SIDECAR_SHUTTING_DOWN`) without running its handler. `drain(deadline)`
-//! then waits for running calls until `deadline`; past it, running handlers
-//! are stopped at once (exec process groups get SIGKILL) and answer
-//! `SIDECAR_SHUTTING_DOWN`, which takes at most `FORCED_STOP_GRACE` more.
+//! then waits for running calls (and for exec handlers still being stopped
+//! after an early answer) until `deadline`; past it, running handlers are
+//! stopped at once (exec process groups get SIGKILL) and their calls, and
+//! calls still waiting for a slot, answer `SIDECAR_SHUTTING_DOWN`, which
+//! takes at most `FORCED_STOP_GRACE` more.
+//!
+//! A panic while answering stays in that call's task; the call answers
+//! `SIDECAR_FAILURE`. A handler that crashes is only that call's failure.
 
 mod call;
 pub mod envelope;
