@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod backoff;
+pub mod callback;
 pub mod check;
 pub mod cli;
 pub mod client;

@@ -1,0 +1,115 @@
+//! One call of one tool, from the callback body to the envelope: read the
+//! body, check the arguments, wait for a slot, run the handler within the
+//! deadline, normalise its answer, count the outcome.
+//!
+//! Every path ends in an envelope; nothing here writes an HTTP response or
+//! knows about tokens and peers (`mod.rs` does).
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use tokio::time::Instant;
+
+use super::envelope::{Envelope, normalise};
+use super::handler::{self, HandlerContext, Invocation};
+use super::limits::{call_budget, seconds};
+use super::routes::Route;
+use super::stats::Outcome;
+use super::validate::{check_arguments, parse_request};
+
+/// Answers one call. `arrived` is when the request reached the sidecar:
+/// the deadline counts from there, as main_server's timeout does.
+pub async fn answer(
+    ctx: &HandlerContext,
+    route: Arc<Route>,
+    body: Bytes,
+    arrived: Instant,
+    draining: bool,
+) -> Envelope {
+    let record = route.stats.begin();
+    let spec = &route.spec;
+    let (envelope, outcome, call_id) = run(ctx, &route, body, arrived, draining).await;
+    let elapsed_ms = arrived.elapsed().as_millis();
+    if outcome == Outcome::Ok {
+        tracing::debug!(tool = %spec.name, call_id, elapsed_ms, "call answered");
+    } else {
+        tracing::info!(
+            tool = %spec.name,
+            call_id,
+            elapsed_ms,
+            outcome = outcome.label(),
+            error = envelope.error.as_deref().unwrap_or(""),
+            "call failed"
+        );
+    }
+    record.finish(outcome);
+    envelope
+}
+
+async fn run(
+    ctx: &HandlerContext,
+    route: &Route,
+    body: Bytes,
+    arrived: Instant,
+    draining: bool,
+) -> (Envelope, Outcome, String) {
+    let spec = &route.spec;
+    let request = match parse_request(&body, &spec.name) {
+        Ok(r) => r,
+        Err(e) => return (*e, Outcome::BadBody, String::new()),
+    };
+    let call_id = request.call_id.clone();
+    let fail = |o: Outcome, msg: String| (Envelope::failure(o.code(), msg), o, call_id.clone());
+    if draining {
+        return fail(
+            Outcome::ShuttingDown,
+            "the sidecar is shutting down and takes no new calls; try again shortly".into(),
+        );
+    }
+    if spec.validate_arguments {
+        if let Err(e) = check_arguments(spec, &request.arguments) {
+            return (*e, Outcome::InvalidArguments, call_id);
+        }
+    }
+    let budget = call_budget(spec.timeout());
+    let deadline = arrived + budget;
+    let slot = tokio::select! {
+        s = route.slots.acquire(deadline) => s,
+        () = ctx.hard_stop.cancelled() => {
+            return fail(Outcome::ShuttingDown, "the sidecar is shutting down and takes no new calls; try again shortly".into());
+        }
+    };
+    let Some(_slot) = slot else {
+        let max = route.slots.limit().map_or(0, |n| n.get());
+        return fail(
+            Outcome::TooManyCalls,
+            format!(
+                "too many concurrent calls of `{}` (at most {max} at a time) and none finished within {}; try again later",
+                spec.name,
+                seconds(budget)
+            ),
+        );
+    };
+    let invocation = Invocation {
+        spec,
+        call_id: &call_id,
+        body,
+        deadline,
+        budget,
+    };
+    match handler::run(ctx, invocation).await {
+        Ok(bytes) => {
+            let n = normalise(&bytes);
+            for w in &n.warnings {
+                tracing::warn!(tool = %spec.name, call_id, "handler answer: {w}");
+            }
+            let outcome = if n.envelope.is_error {
+                Outcome::ToolError
+            } else {
+                Outcome::Ok
+            };
+            (n.envelope, outcome, call_id)
+        }
+        Err(e) => fail(e.outcome(), e.to_string()),
+    }
+}

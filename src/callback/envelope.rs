@@ -1,0 +1,389 @@
+//! The answer rules: what the sidecar sends back to main_server for a call.
+//!
+//! Every answer is an envelope with a real JSON boolean `is_error`, because
+//! main_server truth-tests that field (the string "false" would read as a
+//! failure). This file owns the shape of the envelopes the sidecar makes
+//! itself and the normalisation of whatever a handler answered. It is pure:
+//! it never does I/O and never logs (dropped images come back as warnings
+//! for the caller to log).
+//!
+//! Error envelopes the sidecar makes look like
+//! `{"output": {"error": MESSAGE, "code": CODE, ..}, "is_error": true, "error": MESSAGE}`:
+//! the human-readable MESSAGE is in `error` (which main_server shows the
+//! model only when `is_error` is true) and again in `output.error`, so the
+//! model sees it whichever field a renderer favours; CODE is a stable
+//! upper-case tag in the style of the Python SDK (`TOOL_NOT_REGISTERED`,
+//! `TOOL_TIMEOUT`, ...) for logs and for models that branch on it.
+
+use serde_json::{Map, Value as Json, json};
+
+/// At most this many images are kept, as main_server keeps.
+pub const MAX_IMAGES: usize = 2;
+
+/// A normalised answer, ready to be serialised as the response body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    pub output: Json,
+    pub is_error: bool,
+    /// Present exactly when `is_error`: what the model should read.
+    pub error: Option<String>,
+    /// Valid image entries only, at most `MAX_IMAGES`.
+    pub images: Vec<Json>,
+}
+
+/// A handler's answer after normalisation, with what was dropped from it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Normalised {
+    pub envelope: Envelope,
+    /// One line per dropped image entry, for the caller to log.
+    pub warnings: Vec<String>,
+}
+
+impl Envelope {
+    /// A successful answer carrying `output`.
+    pub fn ok(output: Json) -> Self {
+        Self {
+            output,
+            is_error: false,
+            error: None,
+            images: Vec::new(),
+        }
+    }
+
+    /// A failure made by the sidecar: `code` is a stable tag, `message` the
+    /// sentence the model reads.
+    pub fn failure(code: &str, message: impl Into<String>) -> Self {
+        Self::failure_with(code, message, Map::new())
+    }
+
+    /// A failure with extra structured fields in `output` (e.g. the list of
+    /// argument problems), next to `error` and `code`.
+    pub fn failure_with(
+        code: &str,
+        message: impl Into<String>,
+        details: Map<String, Json>,
+    ) -> Self {
+        let message = message.into();
+        let mut output = Map::new();
+        output.insert("error".into(), Json::String(message.clone()));
+        output.insert("code".into(), Json::String(code.to_string()));
+        output.extend(details);
+        Self {
+            output: Json::Object(output),
+            is_error: true,
+            error: Some(message),
+            images: Vec::new(),
+        }
+    }
+
+    /// The `code` in the output, where the sidecar's own failures put it.
+    pub fn code(&self) -> Option<&str> {
+        self.output.get("code").and_then(Json::as_str)
+    }
+
+    /// The response body.
+    pub fn to_json(&self) -> Json {
+        let mut m = Map::new();
+        m.insert("output".into(), self.output.clone());
+        m.insert("is_error".into(), Json::Bool(self.is_error));
+        if let (true, Some(e)) = (self.is_error, &self.error) {
+            m.insert("error".into(), Json::String(e.clone()));
+        }
+        if !self.images.is_empty() {
+            m.insert("images".into(), Json::Array(self.images.clone()));
+        }
+        Json::Object(m)
+    }
+}
+
+/// Python truthiness, as main_server reads `is_error`: null, false, 0, "",
+/// [] and {} are false; everything else (the string "false" too) is true.
+pub fn truthy(v: &Json) -> bool {
+    match v {
+        Json::Null => false,
+        Json::Bool(b) => *b,
+        Json::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Json::String(s) => !s.is_empty(),
+        Json::Array(a) => !a.is_empty(),
+        Json::Object(o) => !o.is_empty(),
+    }
+}
+
+/// Normalises the body a handler answered with success (HTTP 2xx, or exit
+/// status 0), keeping the meaning main_server would give it:
+///
+/// - empty (or only whitespace): the output is the empty string, as
+///   main_server would show it (a tool that acts without a result is valid);
+/// - not JSON: the text is the output, lossily decoded as UTF-8, trailing
+///   line breaks removed (a script's `echo` adds one);
+/// - JSON that is not an object, or an object with neither `output` nor
+///   `is_error`: the whole value is the output (main_server's rules 3 and 4);
+/// - an envelope (an object with `output` or `is_error`): `is_error` is
+///   coerced to a boolean by Python truthiness; the output is `output` when
+///   present, else the object without `images`, `is_error` and `error`
+///   (null when nothing is left); `error` is kept only when `is_error`
+///   (stringified when not a string, and a generic sentence when missing);
+///   `images` keeps the valid entries, at most `MAX_IMAGES`.
+pub fn normalise(body: &[u8]) -> Normalised {
+    let plain = |output: Json| Normalised {
+        envelope: Envelope::ok(output),
+        warnings: Vec::new(),
+    };
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return plain(Json::String(String::new()));
+    }
+    let value: Json = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(_) => {
+            let text = String::from_utf8_lossy(body);
+            return plain(Json::String(
+                text.trim_end_matches(['\r', '\n']).to_string(),
+            ));
+        }
+    };
+    let Json::Object(mut obj) = value else {
+        return plain(value);
+    };
+    if !obj.contains_key("output") && !obj.contains_key("is_error") {
+        return plain(Json::Object(obj));
+    }
+    let is_error = obj.remove("is_error").is_some_and(|v| truthy(&v));
+    let error = obj.remove("error");
+    let (images, warnings) = match obj.remove("images") {
+        Some(v) => keep_valid_images(&v),
+        None => (Vec::new(), Vec::new()),
+    };
+    let output = match obj.remove("output") {
+        Some(o) => o,
+        None if obj.is_empty() => Json::Null,
+        None => Json::Object(obj),
+    };
+    let error = is_error.then(|| match error {
+        Some(Json::String(s)) if !s.trim().is_empty() => s,
+        Some(v) if truthy(&v) => v.to_string(),
+        _ if output.is_null() => "the tool reported a failure without saying why".to_string(),
+        _ => "the tool reported a failure (see the output)".to_string(),
+    });
+    Normalised {
+        envelope: Envelope {
+            output,
+            is_error,
+            error,
+            images,
+        },
+        warnings,
+    }
+}
+
+/// Keeps the image entries main_server can use: objects with a non-empty
+/// base64 `data_b64`, an `image/*` `mime`, and a string `vision_prompt` when
+/// one is given. Extra keys are dropped from kept entries.
+fn keep_valid_images(v: &Json) -> (Vec<Json>, Vec<String>) {
+    let Json::Array(entries) = v else {
+        return (Vec::new(), vec![format!("`images` is not a list; dropped")]);
+    };
+    let mut kept = Vec::new();
+    let mut warnings = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        match valid_image(entry) {
+            Err(why) => warnings.push(format!("image {i} dropped: {why}")),
+            Ok(_) if kept.len() == MAX_IMAGES => warnings.push(format!(
+                "image {i} dropped: at most {MAX_IMAGES} images are kept"
+            )),
+            Ok(img) => kept.push(img),
+        }
+    }
+    (kept, warnings)
+}
+
+fn valid_image(entry: &Json) -> Result<Json, &'static str> {
+    let Json::Object(o) = entry else {
+        return Err("not an object");
+    };
+    let data = match o.get("data_b64") {
+        Some(Json::String(s)) if !s.is_empty() => s,
+        _ => return Err("`data_b64` is missing or not a non-empty string"),
+    };
+    if !data
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=' | b'-' | b'_'))
+    {
+        return Err("`data_b64` is not base64");
+    }
+    let mime = match o.get("mime") {
+        Some(Json::String(s)) if s.starts_with("image/") && s.len() > "image/".len() => s,
+        _ => return Err("`mime` is missing or not an image type such as \"image/png\""),
+    };
+    let mut img = json!({"data_b64": data, "mime": mime});
+    match o.get("vision_prompt") {
+        None | Some(Json::Null) => {}
+        Some(Json::String(p)) => img["vision_prompt"] = Json::String(p.clone()),
+        Some(_) => return Err("`vision_prompt` is not a string"),
+    }
+    Ok(img)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn norm(body: &str) -> Json {
+        normalise(body.as_bytes()).envelope.to_json()
+    }
+
+    #[test]
+    fn an_envelope_passes_through() {
+        assert_eq!(
+            norm(r#"{"output": {"temp_c": 22}, "is_error": false}"#),
+            json!({"output": {"temp_c": 22}, "is_error": false})
+        );
+        assert_eq!(
+            norm(r#"{"output": null, "is_error": true, "error": "city not found"}"#),
+            json!({"output": null, "is_error": true, "error": "city not found"})
+        );
+    }
+
+    #[test]
+    fn is_error_is_coerced_by_python_truthiness() {
+        for (raw, want) in [
+            (r#""false""#, true),
+            (r#""""#, false),
+            ("0", false),
+            ("0.0", false),
+            ("1", true),
+            ("null", false),
+            ("[]", false),
+            ("[0]", true),
+            ("{}", false),
+            ("true", true),
+        ] {
+            let got = norm(&format!(r#"{{"output": 1, "is_error": {raw}}}"#));
+            assert_eq!(got["is_error"], Json::Bool(want), "is_error = {raw}");
+        }
+    }
+
+    #[test]
+    fn error_is_kept_only_when_is_error() {
+        assert_eq!(
+            norm(r#"{"output": 5, "is_error": false, "error": "ignored"}"#),
+            json!({"output": 5, "is_error": false})
+        );
+        assert_eq!(
+            norm(r#"{"output": {"reason": "x"}, "is_error": true, "error": "CITY_NOT_FOUND"}"#),
+            json!({"output": {"reason": "x"}, "is_error": true, "error": "CITY_NOT_FOUND"})
+        );
+    }
+
+    #[test]
+    fn a_failure_without_a_message_gets_one() {
+        let v = norm(r#"{"is_error": true}"#);
+        assert_eq!(v["output"], Json::Null);
+        assert_eq!(v["error"], "the tool reported a failure without saying why");
+        let v = norm(r#"{"output": {"why": "x"}, "is_error": "yes"}"#);
+        assert_eq!(v["error"], "the tool reported a failure (see the output)");
+        let v = norm(r#"{"output": null, "is_error": true, "error": {"code": 7}}"#);
+        assert_eq!(v["error"], r#"{"code":7}"#);
+    }
+
+    #[test]
+    fn an_envelope_without_output_keeps_the_rest_as_output() {
+        assert_eq!(
+            norm(r#"{"is_error": false, "temp": 3, "images": []}"#),
+            json!({"output": {"temp": 3}, "is_error": false})
+        );
+        assert_eq!(
+            norm(r#"{"is_error": true, "error": "no such city"}"#),
+            json!({"output": null, "is_error": true, "error": "no such city"})
+        );
+    }
+
+    #[test]
+    fn other_json_is_wrapped() {
+        assert_eq!(
+            norm(r#"{"temp": 3}"#),
+            json!({"output": {"temp": 3}, "is_error": false})
+        );
+        // Rule 4: an object with neither field is output, images and all.
+        assert_eq!(
+            norm(r#"{"error": "x", "images": 1}"#),
+            json!({"output": {"error": "x", "images": 1}, "is_error": false})
+        );
+        assert_eq!(norm("[1, 2]"), json!({"output": [1, 2], "is_error": false}));
+        assert_eq!(norm("42\n"), json!({"output": 42, "is_error": false}));
+        assert_eq!(norm(r#""hi""#), json!({"output": "hi", "is_error": false}));
+        assert_eq!(norm("null"), json!({"output": null, "is_error": false}));
+    }
+
+    #[test]
+    fn text_and_empty_bodies_become_strings() {
+        assert_eq!(
+            norm("sunny, 22 C\n"),
+            json!({"output": "sunny, 22 C", "is_error": false})
+        );
+        assert_eq!(
+            norm("a\nb\r\n"),
+            json!({"output": "a\nb", "is_error": false})
+        );
+        assert_eq!(norm(""), json!({"output": "", "is_error": false}));
+        assert_eq!(norm(" \n"), json!({"output": "", "is_error": false}));
+        assert_eq!(
+            normalise(b"caf\xe9").envelope.output,
+            Json::String("caf\u{fffd}".into())
+        );
+    }
+
+    #[test]
+    fn valid_images_are_kept_and_invalid_ones_dropped() {
+        let body = json!({
+            "output": "see", "is_error": false,
+            "images": [
+                {"data_b64": "iVBORw0K", "mime": "image/png", "vision_prompt": "a cat", "extra": 1},
+                {"data_b64": "not base64!", "mime": "image/png"},
+                {"data_b64": "AAAA", "mime": "text/plain"},
+                "nope",
+                {"data_b64": "AAAA", "mime": "image/jpeg"},
+                {"data_b64": "BBBB", "mime": "image/gif"},
+            ]
+        });
+        let n = normalise(body.to_string().as_bytes());
+        assert_eq!(
+            n.envelope.images,
+            vec![
+                json!({"data_b64": "iVBORw0K", "mime": "image/png", "vision_prompt": "a cat"}),
+                json!({"data_b64": "AAAA", "mime": "image/jpeg"}),
+            ]
+        );
+        assert_eq!(n.warnings.len(), 4, "{:?}", n.warnings);
+        assert!(n.warnings[0].starts_with("image 1 dropped: `data_b64` is not base64"));
+        assert!(n.warnings[3].contains("at most 2"));
+        assert_eq!(
+            n.envelope.to_json()["images"].as_array().map(Vec::len),
+            Some(2)
+        );
+    }
+
+    #[test]
+    fn images_that_are_not_a_list_are_dropped() {
+        let n = normalise(br#"{"output": 1, "images": {"data_b64": "AAAA"}}"#);
+        assert!(n.envelope.images.is_empty());
+        assert_eq!(
+            n.warnings,
+            vec!["`images` is not a list; dropped".to_string()]
+        );
+        assert_eq!(
+            n.envelope.to_json(),
+            json!({"output": 1, "is_error": false})
+        );
+    }
+
+    #[test]
+    fn sidecar_failures_carry_the_message_twice_and_a_code() {
+        let e = Envelope::failure("TOOL_TIMEOUT", "too slow");
+        assert_eq!(
+            e.to_json(),
+            json!({"output": {"error": "too slow", "code": "TOOL_TIMEOUT"}, "is_error": true, "error": "too slow"})
+        );
+        assert_eq!(e.code(), Some("TOOL_TIMEOUT"));
+        assert_eq!(Envelope::ok(json!(1)).code(), None);
+    }
+}

@@ -1,0 +1,349 @@
+//! The exec handler: one process per call, the callback body on stdin, the
+//! answer on stdout.
+//!
+//! The program runs without a shell, in its own process group (so a timeout
+//! can stop it together with everything it started), in the manifest's cwd
+//! with the manifest's env plus `NEKO_TOOL_NAME` and `NEKO_CALL_ID`. stdout
+//! is read up to `max_output_bytes`; stderr is logged line by line and its
+//! tail kept for error messages. Whatever happens, the process group is
+//! stopped and the child reaped: a call never leaves a zombie or a
+//! straggler behind. A handler stopped early (deadline, too much output)
+//! gets SIGTERM, then SIGKILL after `kill_grace`, in a background task the
+//! drain waits for, so the answer is not delayed by the grace. The answer's
+//! shape is decided in `envelope`, not here.
+
+use std::io::ErrorKind;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustix::process::{Pid, Signal, kill_process_group};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
+
+use super::handler::{HandlerContext, HandlerError, Invocation};
+use crate::manifest::ExecHandler;
+
+/// How much of stderr is kept for error messages.
+const STDERR_TAIL_BYTES: usize = 2048;
+/// A longer stderr line is cut when logged.
+const LOG_LINE_BYTES: usize = 1024;
+/// How much of stdout is quoted when a failing handler wrote no stderr.
+const STDOUT_QUOTE_BYTES: usize = 300;
+/// After the handler exits, how long its stderr may still take to close
+/// (a grandchild may hold it); the tail read so far is used after that.
+const STDERR_SETTLE: Duration = Duration::from_millis(200);
+
+/// Runs the handler for one call.
+pub async fn call(
+    ctx: &HandlerContext,
+    h: &ExecHandler,
+    call: &Invocation<'_>,
+) -> Result<Vec<u8>, HandlerError> {
+    let tool = call.spec.name.as_str();
+    let Some((program, args)) = h.command.split_first() else {
+        return Err(HandlerError::NotStarted {
+            program: String::new(),
+            reason: "the command is empty".into(),
+        });
+    };
+    let mut child = Command::new(program)
+        .args(args)
+        .current_dir(&h.cwd)
+        .envs(&h.env)
+        .env("NEKO_TOOL_NAME", tool)
+        .env("NEKO_CALL_ID", call.call_id)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        // A last resort: every path below reaps the child itself.
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| HandlerError::NotStarted {
+            program: program.clone(),
+            reason: spawn_reason(&e, h),
+        })?;
+    let group = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .and_then(Pid::from_raw);
+
+    if let Some(mut stdin) = child.stdin.take() {
+        let body = call.body.clone();
+        let tool = tool.to_string();
+        tokio::spawn(async move {
+            // A handler that does not read stdin closes it early; the
+            // broken pipe that follows is expected, not a failure.
+            let r = async {
+                stdin.write_all(&body).await?;
+                stdin.shutdown().await
+            }
+            .await;
+            if let Some(e) = r
+                .as_ref()
+                .err()
+                .filter(|e| e.kind() != ErrorKind::BrokenPipe)
+            {
+                tracing::debug!(tool, error = %e, "writing the call to the handler's stdin failed");
+            }
+        });
+    }
+    let tail = Arc::new(Mutex::new(Vec::new()));
+    let stderr_task = child
+        .stderr
+        .take()
+        .map(|s| tokio::spawn(log_stderr(s, tool.to_string(), tail.clone())));
+    let Some(stdout) = child.stdout.take() else {
+        stop(&mut child, group, Duration::ZERO, &ctx.hard_stop).await;
+        return Err(HandlerError::Failed {
+            detail: "the handler's stdout was not captured".into(),
+        });
+    };
+
+    enum End {
+        Finished(std::io::Result<(Vec<u8>, bool, ExitStatus)>),
+        TimedOut,
+        Stopped,
+    }
+    let end = {
+        let work = async {
+            let (out, over) = read_bounded(stdout, ctx.max_output_bytes).await?;
+            if over {
+                // Do not wait for a process that may block on a full pipe.
+                return Ok((out, true, ExitStatus::default()));
+            }
+            let status = child.wait().await?;
+            Ok((out, false, status))
+        };
+        tokio::select! {
+            r = work => End::Finished(r),
+            () = tokio::time::sleep_until(call.deadline) => End::TimedOut,
+            () = ctx.hard_stop.cancelled() => End::Stopped,
+        }
+    };
+
+    // A handler stopped early gets SIGTERM and `kill_grace` to exit; that
+    // happens in a tracked background task so the answer does not wait for
+    // it (it must reach main_server before its timeout). A drain waits for
+    // that task too, and a forced stop cuts its grace short.
+    let stop_later = |child: Child, stderr_task: Option<tokio::task::JoinHandle<()>>| {
+        let grace = ctx.kill_grace;
+        let hard_stop = ctx.hard_stop.clone();
+        ctx.tasks.spawn(async move {
+            let mut child = child;
+            stop(&mut child, group, grace, &hard_stop).await;
+            if let Some(t) = stderr_task {
+                t.abort();
+            }
+        });
+    };
+    match end {
+        End::Finished(Ok((out, false, status))) => {
+            // Stragglers of a finished handler (background jobs) go too.
+            stop(&mut child, group, Duration::ZERO, &ctx.hard_stop).await;
+            if status.success() {
+                if let Some(t) = stderr_task {
+                    t.abort();
+                }
+                return Ok(out);
+            }
+            let stderr = take_tail(stderr_task, &tail).await;
+            let (tail_from, tail) = if stderr.is_empty() && !out.is_empty() {
+                ("stdout began with", quote_start(&out))
+            } else {
+                ("stderr ended with", stderr)
+            };
+            Err(HandlerError::Exited {
+                how: describe_exit(status),
+                tail_from,
+                tail,
+            })
+        }
+        End::Finished(Ok((_, true, _))) => {
+            stop_later(child, stderr_task);
+            Err(HandlerError::OutputTooLarge {
+                limit: ctx.max_output_bytes,
+            })
+        }
+        End::Finished(Err(e)) => {
+            stop_later(child, stderr_task);
+            Err(HandlerError::Failed {
+                detail: format!("reading the handler's output: {e}"),
+            })
+        }
+        End::TimedOut => {
+            stop_later(child, stderr_task);
+            Err(HandlerError::Timeout {
+                budget: call.budget,
+                stopped: true,
+            })
+        }
+        End::Stopped => {
+            stop(&mut child, group, Duration::ZERO, &ctx.hard_stop).await;
+            if let Some(t) = stderr_task {
+                t.abort();
+            }
+            Err(HandlerError::ShuttingDown)
+        }
+    }
+}
+
+/// Stops the handler's process group: SIGTERM, up to `grace` (or until
+/// `hard_stop`) for the leader to exit, then SIGKILL to the whole group
+/// (stragglers included), then reaps the leader. With no grace, SIGKILL at
+/// once.
+async fn stop(
+    child: &mut Child,
+    group: Option<Pid>,
+    grace: Duration,
+    hard_stop: &CancellationToken,
+) {
+    let Some(group) = group else {
+        // No id at spawn: nothing to signal; kill_on_drop is the fallback.
+        return;
+    };
+    if !grace.is_zero() && matches!(child.try_wait(), Ok(None)) {
+        // ESRCH (already gone) is the only expected error; nothing to do.
+        let _ = kill_process_group(group, Signal::TERM);
+        tokio::select! {
+            _ = tokio::time::timeout(grace, child.wait()) => {}
+            () = hard_stop.cancelled() => {}
+        }
+    }
+    let _ = kill_process_group(group, Signal::KILL);
+    if let Err(e) = child.wait().await {
+        tracing::warn!(error = %e, "reaping a handler process failed");
+    }
+}
+
+fn spawn_reason(e: &std::io::Error, h: &ExecHandler) -> String {
+    if !h.cwd.is_dir() {
+        return format!("its working directory {} does not exist", h.cwd.display());
+    }
+    match e.kind() {
+        ErrorKind::NotFound => "not found (is it installed and on the sidecar's PATH?)".into(),
+        ErrorKind::PermissionDenied => "permission denied (is it executable?)".into(),
+        _ => e.to_string(),
+    }
+}
+
+fn describe_exit(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(s)) => format!("was killed by signal {s}{}", signal_name(s)),
+        (None, None) => format!("ended abnormally ({status})"),
+    }
+}
+
+fn signal_name(s: i32) -> &'static str {
+    match s {
+        6 => " (SIGABRT)",
+        9 => " (SIGKILL)",
+        11 => " (SIGSEGV)",
+        15 => " (SIGTERM)",
+        _ => "",
+    }
+}
+
+/// Reads at most `limit` bytes; the flag says there was more.
+async fn read_bounded(r: impl AsyncRead + Unpin, limit: usize) -> std::io::Result<(Vec<u8>, bool)> {
+    let mut buf = Vec::new();
+    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
+    r.take(cap).read_to_end(&mut buf).await?;
+    if buf.len() > limit {
+        buf.truncate(limit);
+        return Ok((buf, true));
+    }
+    Ok((buf, false))
+}
+
+/// Logs stderr line by line and keeps its last `STDERR_TAIL_BYTES`.
+async fn log_stderr(mut r: impl AsyncRead + Unpin, tool: String, tail: Arc<Mutex<Vec<u8>>>) {
+    let mut chunk = [0u8; 4096];
+    let mut line: Vec<u8> = Vec::new();
+    loop {
+        let n = match r.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        {
+            let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
+            t.extend_from_slice(&chunk[..n]);
+            let excess = t.len().saturating_sub(STDERR_TAIL_BYTES);
+            t.drain(..excess);
+        }
+        for &b in &chunk[..n] {
+            if b == b'\n' {
+                emit(&tool, &line);
+                line.clear();
+            } else if line.len() < LOG_LINE_BYTES {
+                line.push(b);
+            }
+        }
+    }
+    if !line.is_empty() {
+        emit(&tool, &line);
+    }
+}
+
+fn emit(tool: &str, line: &[u8]) {
+    let text = String::from_utf8_lossy(line);
+    tracing::info!(tool, "handler stderr: {}", text.trim_end_matches('\r'));
+}
+
+/// The stderr tail once the stream has closed (or settled), as text.
+async fn take_tail(
+    task: Option<tokio::task::JoinHandle<()>>,
+    tail: &Arc<Mutex<Vec<u8>>>,
+) -> String {
+    if let Some(mut t) = task {
+        let _ = tokio::time::timeout(STDERR_SETTLE, &mut t).await;
+        t.abort();
+    }
+    let bytes = tail.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    String::from_utf8_lossy(&bytes).trim().to_string()
+}
+
+fn quote_start(out: &[u8]) -> String {
+    let end = out.len().min(STDOUT_QUOTE_BYTES);
+    String::from_utf8_lossy(&out[..end]).trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn reads_stop_past_the_limit() {
+        let (b, over) = read_bounded(&b"hello"[..], 5).await.unwrap();
+        assert_eq!((b.as_slice(), over), (&b"hello"[..], false));
+        let (b, over) = read_bounded(&b"hello!"[..], 5).await.unwrap();
+        assert_eq!((b.as_slice(), over), (&b"hello"[..], true));
+    }
+
+    #[tokio::test]
+    async fn the_stderr_tail_keeps_the_end() {
+        let text = format!("{}\nlast line\n", "x".repeat(5000));
+        let tail = Arc::new(Mutex::new(Vec::new()));
+        log_stderr(text.as_bytes(), "t".into(), tail.clone()).await;
+        let t = tail.lock().unwrap();
+        assert_eq!(t.len(), STDERR_TAIL_BYTES);
+        assert!(t.ends_with(b"x\nlast line\n"));
+    }
+
+    #[test]
+    fn exits_are_described() {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            describe_exit(ExitStatus::from_raw(3 << 8)),
+            "exited with status 3"
+        );
+        assert_eq!(
+            describe_exit(ExitStatus::from_raw(9)),
+            "was killed by signal 9 (SIGKILL)"
+        );
+    }
+}

@@ -1,0 +1,119 @@
+//! Reaching a plugin's local handler: the shared failure type, and the
+//! dispatch from a tool's `Handler` to the http or exec way of calling it.
+//!
+//! A handler either gives back the bytes it answered with (for `envelope`
+//! to normalise) or a `HandlerError` whose message is written for the model.
+//! Nothing here decides the answer's shape or counts statistics.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::exec_handler;
+use super::http_handler::{self, HttpClients};
+use super::limits::seconds;
+use super::stats::Outcome;
+use crate::manifest::{Handler, ToolSpec};
+
+/// Why a handler gave no usable answer. Each message is a sentence the
+/// model reads.
+#[derive(Debug, thiserror::Error)]
+pub enum HandlerError {
+    #[error("the handler did not answer within {}{}", seconds(*.budget), if *.stopped { " and was stopped" } else { "" })]
+    Timeout { budget: Duration, stopped: bool },
+    #[error("the handler at {target} is not reachable ({detail}); the plugin may not be running")]
+    Unreachable { target: String, detail: String },
+    #[error("the handler at {target} answered HTTP {status}: {body_start}")]
+    Status {
+        target: String,
+        status: u16,
+        body_start: String,
+    },
+    #[error(
+        "the handler's answer is larger than the sidecar accepts ({limit} bytes, handlers.max_output_bytes)"
+    )]
+    OutputTooLarge { limit: usize },
+    #[error("cannot start `{program}`: {reason}")]
+    NotStarted { program: String, reason: String },
+    /// `tail` is the end of stderr, or the start of stdout when stderr
+    /// was empty; `tail_from` names which.
+    #[error("the handler {how}{}", tail_note(.tail_from, .tail))]
+    Exited {
+        how: String,
+        tail_from: &'static str,
+        tail: String,
+    },
+    #[error("talking to the handler failed: {detail}")]
+    Failed { detail: String },
+    #[error(
+        "the sidecar is shutting down and stopped the handler before it answered; try again shortly"
+    )]
+    ShuttingDown,
+}
+
+fn tail_note(from: &str, tail: &str) -> String {
+    if tail.is_empty() {
+        String::new()
+    } else {
+        format!("; its {from}:\n{tail}")
+    }
+}
+
+impl HandlerError {
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            HandlerError::Timeout { .. } => Outcome::Timeout,
+            HandlerError::Unreachable { .. } => Outcome::Unreachable,
+            HandlerError::Status { .. } => Outcome::HandlerStatus,
+            HandlerError::OutputTooLarge { .. } => Outcome::OutputTooLarge,
+            HandlerError::NotStarted { .. } => Outcome::SpawnFailed,
+            HandlerError::Exited { .. } => Outcome::HandlerExit,
+            HandlerError::Failed { .. } => Outcome::HandlerFailed,
+            HandlerError::ShuttingDown => Outcome::ShuttingDown,
+        }
+    }
+}
+
+/// What every call needs besides the call itself.
+#[derive(Debug)]
+pub struct HandlerContext {
+    pub clients: HttpClients,
+    pub max_output_bytes: usize,
+    pub kill_grace: Duration,
+    /// Cancelled when a drain passes its deadline: running handlers are
+    /// stopped at once.
+    pub hard_stop: CancellationToken,
+    /// Every running call and every background stop of a handler process,
+    /// so a drain can wait for them all.
+    pub tasks: TaskTracker,
+}
+
+/// One call as the handler sees it.
+#[derive(Debug, Clone)]
+pub struct Invocation<'a> {
+    pub spec: &'a ToolSpec,
+    pub call_id: &'a str,
+    /// The callback body exactly as main_server sent it.
+    pub body: Bytes,
+    pub deadline: Instant,
+    /// The time the call was given (for messages).
+    pub budget: Duration,
+}
+
+/// Runs the tool's handler for one call.
+pub async fn run(ctx: &HandlerContext, call: Invocation<'_>) -> Result<Vec<u8>, HandlerError> {
+    match &call.spec.handler {
+        Handler::Http(h) => {
+            let work = http_handler::call(&ctx.clients, h, call.body, ctx.max_output_bytes);
+            tokio::select! {
+                r = work => r,
+                () = tokio::time::sleep_until(call.deadline) => Err(HandlerError::Timeout { budget: call.budget, stopped: false }),
+                () = ctx.hard_stop.cancelled() => Err(HandlerError::ShuttingDown),
+            }
+        }
+        Handler::Exec(h) => exec_handler::call(ctx, h, &call).await,
+    }
+}

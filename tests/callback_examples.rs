@@ -1,0 +1,98 @@
+//! The example handlers in `examples/handlers/`, called through the real
+//! callback server as a plugin author would wire them. Python and Node
+//! examples are skipped, saying so, when the interpreter is missing.
+
+mod callback_support;
+
+use std::path::PathBuf;
+
+use callback_support::*;
+use serde_json::json;
+use tokio::io::AsyncBufReadExt;
+
+fn handlers_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/handlers")
+}
+
+fn weather_tool(handler: &str) -> String {
+    format!(
+        "[[tool]]\nname = \"weather\"\ndescription = \"Weather of a city\"\nhandler = {handler}\nparameters = {{ type = \"object\", properties = {{ city = {{ type = \"string\" }} }}, required = [\"city\"] }}\n"
+    )
+}
+
+async fn check_weather(sc: &Sidecar) {
+    let out = success(&sc.call("weather", json!({"city": "Tokyo"})).await);
+    assert_eq!(
+        out,
+        json!({"city": "Tokyo", "temp_c": 22, "weather": "sunny"})
+    );
+    let (_, body) = sc.call("weather", json!({"city": "Paris"})).await;
+    assert_eq!(body["is_error"], true);
+    assert_eq!(body["output"], serde_json::Value::Null);
+    assert!(
+        body["error"].as_str().unwrap().contains("unknown city"),
+        "{body}"
+    );
+}
+
+async fn exec_example(interpreter: &str, file: &str) {
+    if !have(interpreter) {
+        println!(
+            "SKIPPED: `{interpreter}` is not on PATH, so examples/handlers/{file} was not run"
+        );
+        return;
+    }
+    let script = handlers_dir().join(file);
+    let handler = format!(
+        "{{ type = \"exec\", command = [\"{interpreter}\", \"{}\"] }}",
+        script.display()
+    );
+    let sc = Sidecar::start(&state(&handlers_dir(), &weather_tool(&handler))).await;
+    check_weather(&sc).await;
+}
+
+#[tokio::test]
+async fn the_python_exec_example_answers() {
+    exec_example("python3", "weather_exec.py").await;
+}
+
+#[tokio::test]
+async fn the_node_exec_example_answers() {
+    exec_example("node", "weather_exec.js").await;
+}
+
+#[tokio::test]
+async fn the_sh_exec_example_answers() {
+    let toml = format!(
+        "[[tool]]\nname = \"disk_usage\"\ndescription = \"Disk usage\"\nhandler = {{ type = \"exec\", command = [\"{}\"] }}\n",
+        handlers_dir().join("disk_usage.sh").display()
+    );
+    let sc = Sidecar::start(&state(&handlers_dir(), &toml)).await;
+    let out = success(&sc.call("disk_usage", json!({})).await);
+    assert!(out.as_str().unwrap().contains(" used of "), "{out}");
+}
+
+#[tokio::test]
+async fn the_python_http_example_answers() {
+    if !have("python3") {
+        println!(
+            "SKIPPED: `python3` is not on PATH, so examples/handlers/weather_http.py was not run"
+        );
+        return;
+    }
+    let mut server = tokio::process::Command::new("python3")
+        .arg(handlers_dir().join("weather_http.py"))
+        .arg("0")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = server.stdout.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let ready = lines.next_line().await.unwrap().unwrap();
+    let addr = ready.strip_prefix("listening on ").unwrap();
+    let handler = format!("{{ type = \"http\", url = \"http://{addr}/weather\" }}");
+    let sc = Sidecar::start(&state(&handlers_dir(), &weather_tool(&handler))).await;
+    check_weather(&sc).await;
+    server.kill().await.unwrap();
+}
