@@ -371,7 +371,7 @@ fn expected_example_output(path: &std::ffi::OsStr) -> (String, usize) {
     for (file, program, tool) in [
         ("convert_units.toml", "python3", "convert_units"),
         ("dice.toml", "node", "roll_dice"),
-        ("shell.toml", "sh", "server_time"),
+        ("shell.toml", "sh", "disk_usage"),
     ] {
         if on_path(program, path) {
             continue;

@@ -1,0 +1,30 @@
+#!/usr/bin/env python3
+"""An exec handler for neko-sidecar: the `convert_units` tool, run once per call.
+
+stdin:  the callback JSON, {"name", "arguments", "call_id", "raw_arguments"}.
+        The sidecar has already checked `arguments` against the tool's schema
+        (examples/tools/schemas/convert_units.schema.json), so no re-checking.
+stdout: an envelope, {"output": ..., "is_error": false}, or on failure
+        {"output": null, "is_error": true, "error": "a sentence for the model"}.
+"""
+import json
+import sys
+
+# Each unit as (dimension, factor to the base unit); temperatures are special.
+UNITS = {"m": ("length", 1.0), "km": ("length", 1000.0), "mi": ("length", 1609.344),
+         "ft": ("length", 0.3048), "kg": ("mass", 1.0), "lb": ("mass", 0.45359237),
+         "c": ("temperature", None), "f": ("temperature", None)}
+
+args = json.load(sys.stdin)["arguments"]
+value, src, dst = args["value"], args["from"], args["to"]
+if UNITS[src][0] != UNITS[dst][0]:
+    answer = {"output": None, "is_error": True,
+              "error": f"cannot convert {UNITS[src][0]} ({src}) to {UNITS[dst][0]} ({dst})"}
+else:
+    if UNITS[src][0] == "temperature":
+        celsius = value if src == "c" else (value - 32) * 5 / 9
+        result = celsius if dst == "c" else celsius * 9 / 5 + 32
+    else:
+        result = value * UNITS[src][1] / UNITS[dst][1]
+    answer = {"output": {"value": round(result, 6), "unit": dst}, "is_error": False}
+json.dump(answer, sys.stdout)
