@@ -92,6 +92,27 @@ pub struct AgentConfig {
     pub registration: RegistrationConfig,
     pub shutdown_deadline: Duration,
     pub log: LogConfig,
+    pub admin: AdminConfig,
+    pub reload: ReloadConfig,
+}
+
+/// The operator's endpoints (`/healthz`, `/readyz`, `/status`, `/metrics`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdminConfig {
+    /// Loopback only; `None` when disabled with `listen = ""`. A fixed port
+    /// by default, so `neko-sidecar status` finds it from the config alone.
+    pub listen: Option<SocketAddr>,
+}
+
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:48931";
+
+/// How manifest changes are noticed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReloadConfig {
+    /// Quiet time after a file event before the directories are re-read.
+    pub debounce: Duration,
+    /// The safety net for lost events: a full content-hash rescan this often.
+    pub rescan_interval: Duration,
 }
 
 const TOP_KEYS: &[&str] = &[
@@ -104,6 +125,8 @@ const TOP_KEYS: &[&str] = &[
     "registration",
     "shutdown",
     "log",
+    "admin",
+    "reload",
 ];
 
 /// Reads and validates a config file. Returns the config (when it has no
@@ -206,7 +229,7 @@ fn build(
     let callback = section(&mut top, "callback", |r| {
         r.deny_unknown(&["listen", "max_body_bytes"]);
         let listen = match r.string("listen") {
-            Some((s, sp)) => validate_listen(r, &s, &sp),
+            Some((s, sp)) => validate_listen(r, "[callback]", &s, &sp),
             None => default_listen(),
         };
         let max_body_bytes = byte_limit(r, "max_body_bytes", 1 << 20);
@@ -327,6 +350,24 @@ fn build(
         LogConfig { format, level }
     });
 
+    let admin = section(&mut top, "admin", |r| {
+        r.deny_unknown(&["listen"]);
+        let listen = match r.string("listen") {
+            Some((s, _)) if s.is_empty() => None,
+            Some((s, sp)) => Some(validate_listen(r, "[admin]", &s, &sp)),
+            None => DEFAULT_ADMIN_LISTEN.parse().ok(),
+        };
+        AdminConfig { listen }
+    });
+
+    let reload = section(&mut top, "reload", |r| {
+        r.deny_unknown(&["debounce", "rescan_interval"]);
+        ReloadConfig {
+            debounce: positive(r, "debounce", Duration::from_millis(200)),
+            rescan_interval: positive(r, "rescan_interval", Duration::from_secs(30)),
+        }
+    });
+
     AgentConfig {
         path: src.path.to_path_buf(),
         source: source.unwrap_or_default(),
@@ -337,6 +378,8 @@ fn build(
         registration,
         shutdown_deadline,
         log,
+        admin,
+        reload,
     }
 }
 
@@ -450,6 +493,7 @@ fn default_listen() -> SocketAddr {
 
 fn validate_listen(
     r: &mut TableReader<'_, '_>,
+    section: &str,
     s: &str,
     sp: &std::ops::Range<usize>,
 ) -> SocketAddr {
@@ -460,19 +504,24 @@ fn validate_listen(
     } else {
         s.parse::<SocketAddr>().ok()
     };
+    let why = if section == "[callback]" {
+        "main_server refuses callback URLs outside 127.0.0.0/8 and ::1"
+    } else {
+        "the admin endpoints are for this machine only"
+    };
     match addr {
         Some(a) if is_loopback(a.ip()) => a,
         Some(a) => {
             r.error(
                 sp,
-                format!("`listen` in [callback] is {a}, which is not a loopback address: main_server refuses callback URLs outside 127.0.0.0/8 and ::1, so use e.g. \"127.0.0.1:0\" (0 picks a free port)"),
+                format!("`listen` in {section} is {a}, which is not a loopback address: {why}, so use e.g. \"127.0.0.1:0\" (0 picks a free port)"),
             );
             default_listen()
         }
         None => {
             r.error(
                 sp,
-                format!("`listen` in [callback] is \"{s}\": expected IP:PORT on loopback, e.g. \"127.0.0.1:48930\" or \"[::1]:0\" (0 picks a free port)"),
+                format!("`listen` in {section} is \"{s}\": expected IP:PORT on loopback, e.g. \"127.0.0.1:48930\" or \"[::1]:0\" (0 picks a free port)"),
             );
             default_listen()
         }
