@@ -50,7 +50,9 @@ impl ToolState {
         !matches!(self, ToolState::Pending | ToolState::Retrying { .. })
     }
 
-    fn kind(&self) -> &'static str {
+    /// The state's name: `pending`, `registered`, `conflict`, `rejected`,
+    /// `waiting_for_role` or `retrying`.
+    pub fn kind(&self) -> &'static str {
         match self {
             ToolState::Pending => "pending",
             ToolState::Registered => "registered",
@@ -99,6 +101,28 @@ pub struct MainServerStatus {
     pub last_contact: Option<SystemTime>,
 }
 
+/// How register requests ended, counted since start (for metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RegistrationCounts {
+    /// main_server answered 200 (the next GET still judges the effect).
+    pub accepted: u64,
+    /// 422: main_server refused the body.
+    pub rejected: u64,
+    /// 404: the tool's role vanished between the GET and the register.
+    pub unknown_role: u64,
+    /// Anything transient: refused, timed out, 409, 5xx.
+    pub failed: u64,
+}
+
+/// How one register request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegistrationOutcome {
+    Accepted,
+    Rejected,
+    UnknownRole,
+    Failed,
+}
+
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct StatusSnapshot {
     pub tools: BTreeMap<String, ToolStatus>,
@@ -107,6 +131,16 @@ pub struct StatusSnapshot {
     pub passes: u64,
     /// The last pass sent nothing and every tool is settled.
     pub converged: bool,
+    pub registrations: RegistrationCounts,
+    /// Registered tools later found missing from main_server's list: a
+    /// main_server restart, an eviction, someone's unregister, or a new role
+    /// without them. The GET cannot tell these apart (an eviction removes
+    /// every tool of our host:port, just as a restart does).
+    pub tools_lost: u64,
+    /// Passes that found at least one registered tool missing: each one is
+    /// a restart, an eviction or an outside removal, however many tools
+    /// it took.
+    pub loss_events: u64,
 }
 
 impl StatusSnapshot {
@@ -128,6 +162,8 @@ struct Inner {
     /// When main_server was first seen down in the current outage.
     down_since: Option<Instant>,
     last_reminder: Option<Instant>,
+    /// Registered tools found missing during the current pass.
+    lost_this_pass: u64,
 }
 
 /// The shared store; hand out `Arc<StatusStore>`.
@@ -307,9 +343,42 @@ impl StatusStore {
         self.publish();
     }
 
+    /// Counts how a register request ended; published with the pass.
+    pub fn count_registration(&self, outcome: RegistrationOutcome) {
+        let mut inner = self.lock();
+        let c = &mut inner.snap.registrations;
+        let n = match outcome {
+            RegistrationOutcome::Accepted => &mut c.accepted,
+            RegistrationOutcome::Rejected => &mut c.rejected,
+            RegistrationOutcome::UnknownRole => &mut c.unknown_role,
+            RegistrationOutcome::Failed => &mut c.failed,
+        };
+        *n = n.saturating_add(1);
+    }
+
+    /// The GET does not list a tool where it should be. Counted as lost
+    /// only when it was registered; call before its state is changed.
+    pub fn tool_missing(&self, name: &str) {
+        let mut inner = self.lock();
+        if inner.snap.state(name) == Some(&ToolState::Registered) {
+            inner.snap.tools_lost = inner.snap.tools_lost.saturating_add(1);
+            inner.lost_this_pass += 1;
+        }
+    }
+
     /// A pass is done; publish everything it set.
     pub fn pass_done(&self, converged: bool) {
         let mut inner = self.lock();
+        let lost = std::mem::take(&mut inner.lost_this_pass);
+        if lost > 0 {
+            inner.snap.loss_events = inner.snap.loss_events.saturating_add(1);
+            // One line per event, not per tool: a restart over 1,000 tools
+            // is one thing that happened.
+            tracing::info!(
+                lost,
+                "registered tools are missing from main_server's list (a main_server restart, an eviction or an outside unregister); registering them again"
+            );
+        }
         inner.snap.passes = inner.snap.passes.wrapping_add(1);
         inner.snap.converged = converged && inner.snap.tools.values().all(|t| t.state.is_settled());
         drop(inner);
@@ -431,6 +500,37 @@ mod tests {
         assert!(s.snapshot().converged);
         s.pass_done(false);
         assert!(!s.snapshot().converged);
+    }
+
+    #[test]
+    fn losses_count_registered_tools_and_one_event_per_pass() {
+        let s = StatusStore::new();
+        s.track([&"a".to_string(), &"b".to_string(), &"c".to_string()]);
+        s.set_tool("a", ToolState::Registered);
+        s.set_tool("b", ToolState::Registered);
+        // `c` was never registered: missing is not a loss.
+        for name in ["a", "b", "c"] {
+            s.tool_missing(name);
+            s.set_tool(name, ToolState::Pending);
+        }
+        s.pass_done(false);
+        s.tool_missing("a");
+        s.pass_done(false);
+        let snap = s.snapshot();
+        assert_eq!((snap.tools_lost, snap.loss_events), (2, 1));
+    }
+
+    #[test]
+    fn registrations_are_counted_by_outcome() {
+        let s = StatusStore::new();
+        s.count_registration(RegistrationOutcome::Accepted);
+        s.count_registration(RegistrationOutcome::Accepted);
+        s.count_registration(RegistrationOutcome::Failed);
+        let c = s.snapshot().registrations;
+        assert_eq!(
+            (c.accepted, c.rejected, c.unknown_role, c.failed),
+            (2, 0, 0, 1)
+        );
     }
 
     #[tokio::test]

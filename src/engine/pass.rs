@@ -16,7 +16,7 @@ use crate::desired::{Fingerprint, register_body};
 use crate::planner::{
     self, Action, PlanContext, RegisterReason, Registered, Rejection, UnregisterReason, Verdict,
 };
-use crate::status::ToolState;
+use crate::status::{RegistrationOutcome, ToolState};
 
 /// One request to carry out, with what is needed to record its answer.
 enum Request {
@@ -160,7 +160,10 @@ impl Engine {
                 self.status.set_tool(name, ToolState::Registered);
                 true
             }
-            Verdict::Register(_) => {
+            Verdict::Register(reason) => {
+                if matches!(reason, RegisterReason::Missing { .. }) {
+                    self.status.tool_missing(name);
+                }
                 // A due retry stays `retrying` (with its attempt count) until
                 // it succeeds or fails again, instead of flipping to pending.
                 if !self.tool_retries.contains_key(name) {
@@ -357,6 +360,18 @@ impl Engine {
                     // bypass the rate limit.
                     m.last_reclaim = Some(now);
                 }
+                self.status.count_registration(match &result {
+                    Ok(_) => RegistrationOutcome::Accepted,
+                    Err(CallError {
+                        kind: CallErrorKind::Rejected(_),
+                        ..
+                    }) => RegistrationOutcome::Rejected,
+                    Err(CallError {
+                        kind: CallErrorKind::UnknownRole(_),
+                        ..
+                    }) => RegistrationOutcome::UnknownRole,
+                    Err(_) => RegistrationOutcome::Failed,
+                });
                 match result {
                     Ok(reply) => {
                         if !reply.failed_roles.is_empty() {
