@@ -146,11 +146,18 @@ fn builtin_answer(shared: &Shared, tool: &Tool) -> ModelView {
 }
 
 async fn call_remote(url: &str, tool: &Tool, body: &Value) -> (ModelView, CallOutcome) {
+    post_callback(url, Duration::from_secs_f64(tool.timeout_seconds), body).await
+}
+
+/// POSTs a callback body to `url` exactly as main_server does (connect
+/// timeout 5 s, `timeout` to read, no redirects, no proxy) and reads the
+/// answer with the six reading rules. Also used by `neko-sidecar call`.
+pub async fn post_callback(url: &str, timeout: Duration, body: &Value) -> (ModelView, CallOutcome) {
     // One client per call: each tool has its own read timeout, and a dev
     // server does not need connection reuse.
     let client = reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
-        .read_timeout(Duration::from_secs_f64(tool.timeout_seconds))
+        .read_timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
         .build();
