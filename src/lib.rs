@@ -5,6 +5,7 @@
 //! into this library; see ARCHITECTURE.md for the module map.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod backoff;
 pub mod callback;
 pub mod check;

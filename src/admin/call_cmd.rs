@@ -1,0 +1,142 @@
+//! The `neko-sidecar call` command: calls one tool through the running
+//! sidecar exactly as main_server would, and shows what the model would see.
+//!
+//! The tool's callback URL and timeout come from the sidecar's `/status`.
+//! The request is the stand-in's own (`devserver::invoke`): the same body
+//! (`name`, `arguments` wrapped as main_server wraps them, a fresh
+//! `call_id`, `raw_arguments`), the same timeouts, no redirects; the answer
+//! is read with the same six rules (`devserver::reading`). So a plugin
+//! author sees exactly the model's view, validation failures included.
+//! It never registers anything and never talks to main_server.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::client::{AdminClient, ClientError, admin_url};
+use crate::devserver::invoke::{callback_body, new_call_id, post_callback};
+
+/// main_server's default when a tool's timeout is unknown.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What to call, and with what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallOptions {
+    pub tool: String,
+    /// JSON text of the arguments (checked to be JSON); `{}` when absent.
+    pub args: Option<String>,
+    /// The model's argument text verbatim, JSON or not; wins over `args`.
+    pub raw_args: Option<String>,
+}
+
+/// What the model would see, and whether it is an error.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallReport {
+    /// `tool`, `call_id`, `output`, `is_error`, `error`, `images` (a count),
+    /// `warnings`, `took_ms`.
+    pub answer: Value,
+    pub is_error: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error(transparent)]
+    Admin(#[from] ClientError),
+    #[error("the sidecar serves no tool named `{tool}`; it serves: {known}")]
+    UnknownTool { tool: String, known: String },
+    #[error("the sidecar shows no callback URL for `{0}`")]
+    NoCallbackUrl(String),
+    #[error("--args is not JSON ({0}); pass --raw-args to send text that is not JSON")]
+    BadArgs(String),
+}
+
+/// The argument text the model would send.
+fn raw_arguments(opts: &CallOptions) -> Result<String, CallError> {
+    if let Some(raw) = &opts.raw_args {
+        return Ok(raw.clone());
+    }
+    match &opts.args {
+        None => Ok("{}".to_owned()),
+        Some(text) => serde_json::from_str::<Value>(text)
+            .map(|_| text.clone())
+            .map_err(|e| CallError::BadArgs(e.to_string())),
+    }
+}
+
+/// Calls `opts.tool` through the sidecar of `config` (or at `admin`).
+pub async fn call(
+    config: &Path,
+    admin: Option<&str>,
+    opts: &CallOptions,
+) -> Result<CallReport, CallError> {
+    let raw = raw_arguments(opts)?;
+    let client = AdminClient::new(admin_url(config, admin)?)?;
+    let (_, status) = client.status().await?;
+    let Some(tool) = status.tools.iter().find(|t| t.name == opts.tool) else {
+        let known: Vec<&str> = status.tools.iter().map(|t| t.name.as_str()).collect();
+        return Err(CallError::UnknownTool {
+            tool: opts.tool.clone(),
+            known: if known.is_empty() {
+                "(none)".to_owned()
+            } else {
+                known.join(", ")
+            },
+        });
+    };
+    let url = tool
+        .callback_url
+        .clone()
+        .ok_or_else(|| CallError::NoCallbackUrl(opts.tool.clone()))?;
+    let timeout = tool
+        .timeout_seconds
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(DEFAULT_TIMEOUT, Duration::from_secs_f64);
+    let call_id = new_call_id();
+    let started = Instant::now();
+    let (view, _) = post_callback(&url, timeout, &callback_body(&tool.name, &raw, &call_id)).await;
+    let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    Ok(CallReport {
+        is_error: view.is_error,
+        answer: json!({
+            "tool": tool.name,
+            "call_id": call_id,
+            "output": view.output,
+            "is_error": view.is_error,
+            "error": view.error,
+            "images": view.images.len(),
+            "warnings": view.warnings,
+            "took_ms": took_ms,
+        }),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(args: Option<&str>, raw: Option<&str>) -> CallOptions {
+        CallOptions {
+            tool: "t".into(),
+            args: args.map(Into::into),
+            raw_args: raw.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn arguments_are_json_text_kept_verbatim_unless_raw() {
+        assert_eq!(raw_arguments(&opts(None, None)).unwrap(), "{}");
+        assert_eq!(
+            raw_arguments(&opts(Some("{\"city\": \"東京\"}"), None)).unwrap(),
+            "{\"city\": \"東京\"}"
+        );
+        assert!(matches!(
+            raw_arguments(&opts(Some("{city"), None)),
+            Err(CallError::BadArgs(_))
+        ));
+        assert_eq!(
+            raw_arguments(&opts(Some("{}"), Some("not json"))).unwrap(),
+            "not json"
+        );
+    }
+}

@@ -1,0 +1,183 @@
+//! Finding and reading a running sidecar's admin endpoints, for the
+//! `status` and `call` commands.
+//!
+//! The address comes from `--admin`, or else from the agent config's
+//! `[admin] listen`. This module only reads: it never changes anything on
+//! the sidecar (the admin endpoints have no write route anyway).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::view::StatusView;
+use crate::config;
+
+/// A live sidecar answers at once; this only bounds a wedged one.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the admin endpoints could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot use the agent config {path}:\n{problems}")]
+    Config { path: PathBuf, problems: String },
+    #[error(
+        "the admin endpoints are turned off in {0} ([admin] listen = \"\"); turn them on, or pass --admin URL"
+    )]
+    AdminDisabled(PathBuf),
+    #[error(
+        "{0} has [admin] listen on port 0 (a new port at every start), so the port cannot be known from the config; pass --admin URL"
+    )]
+    EphemeralPort(PathBuf),
+    #[error("--admin {0:?} is not an http:// URL or a HOST:PORT")]
+    BadAdminUrl(String),
+    #[error(
+        "cannot reach the sidecar's admin endpoint at {url}: {source} (is the sidecar running, with this config?)"
+    )]
+    Unreachable {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("the admin endpoint at {url} answered {what}")]
+    BadAnswer { url: String, what: String },
+    #[error("cannot set up an HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+}
+
+/// The admin base URL (`http://HOST:PORT`, no trailing slash): `admin` when
+/// given, else the config's `[admin] listen`.
+pub fn admin_url(config_path: &Path, admin: Option<&str>) -> Result<String, ClientError> {
+    if let Some(given) = admin {
+        return normalise(given);
+    }
+    let (cfg, diags) = config::load(config_path);
+    let Some(cfg) = cfg else {
+        let problems: Vec<String> = diags
+            .iter()
+            .filter(|d| d.is_error())
+            .map(|d| format!("  {d}"))
+            .collect();
+        return Err(ClientError::Config {
+            path: config_path.to_path_buf(),
+            problems: problems.join("\n"),
+        });
+    };
+    match cfg.admin.listen {
+        None => Err(ClientError::AdminDisabled(config_path.to_path_buf())),
+        Some(addr) if addr.port() == 0 => {
+            Err(ClientError::EphemeralPort(config_path.to_path_buf()))
+        }
+        Some(addr) => Ok(format!("http://{addr}")),
+    }
+}
+
+fn normalise(given: &str) -> Result<String, ClientError> {
+    let with_scheme = if given.contains("://") {
+        given.to_owned()
+    } else {
+        format!("http://{given}")
+    };
+    match url::Url::parse(&with_scheme) {
+        Ok(u) if u.scheme() == "http" && u.host().is_some() => {
+            Ok(with_scheme.trim_end_matches('/').to_owned())
+        }
+        _ => Err(ClientError::BadAdminUrl(given.to_owned())),
+    }
+}
+
+/// Reads a sidecar's admin endpoints.
+#[derive(Debug, Clone)]
+pub struct AdminClient {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl AdminClient {
+    pub fn new(base: impl Into<String>) -> Result<Self, ClientError> {
+        let http = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            // The sidecar is on this machine; a proxy would only get in the way.
+            .no_proxy()
+            .build()
+            .map_err(ClientError::Client)?;
+        Ok(Self {
+            base: base.into(),
+            http,
+        })
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// `GET /status`, as its text (for `--json`) and read.
+    pub async fn status(&self) -> Result<(String, StatusView), ClientError> {
+        let url = format!("{}/status", self.base);
+        let unreachable = |source| ClientError::Unreachable {
+            url: url.clone(),
+            source,
+        };
+        let resp = self.http.get(&url).send().await.map_err(unreachable)?;
+        let code = resp.status();
+        let text = resp.text().await.map_err(unreachable)?;
+        if !code.is_success() {
+            let head: String = text.trim().chars().take(200).collect();
+            return Err(ClientError::BadAnswer {
+                url,
+                what: format!("HTTP {code}: {head}"),
+            });
+        }
+        let view = serde_json::from_str(&text).map_err(|e| ClientError::BadAnswer {
+            url: url.clone(),
+            what: format!("a document that is not a sidecar status ({e})"),
+        })?;
+        Ok((text, view))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admin_urls_take_a_scheme_and_lose_the_trailing_slash() {
+        assert_eq!(
+            normalise("127.0.0.1:48931").unwrap(),
+            "http://127.0.0.1:48931"
+        );
+        assert_eq!(normalise("http://[::1]:9/").unwrap(), "http://[::1]:9");
+        assert!(normalise("https://127.0.0.1:1").is_err());
+        assert!(normalise("::").is_err());
+    }
+
+    #[test]
+    fn the_config_gives_the_address_or_says_why_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |text: &str| {
+            let p = dir.path().join("agent.toml");
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let p = write("source = \"plugin:t\"\n");
+        assert_eq!(admin_url(&p, None).unwrap(), "http://127.0.0.1:48931");
+        let p = write("source = \"plugin:t\"\n[admin]\nlisten = \"127.0.0.1:5\"\n");
+        assert_eq!(admin_url(&p, None).unwrap(), "http://127.0.0.1:5");
+        let p = write("source = \"plugin:t\"\n[admin]\nlisten = \"\"\n");
+        assert!(matches!(
+            admin_url(&p, None),
+            Err(ClientError::AdminDisabled(_))
+        ));
+        let p = write("source = \"plugin:t\"\n[admin]\nlisten = \"127.0.0.1:0\"\n");
+        assert!(matches!(
+            admin_url(&p, None),
+            Err(ClientError::EphemeralPort(_))
+        ));
+        let p = write("sauce = 1\n");
+        let err = admin_url(&p, None).unwrap_err().to_string();
+        assert!(err.contains("agent.toml"), "{err}");
+        // --admin wins without reading the config at all.
+        assert_eq!(
+            admin_url(Path::new("/nonexistent"), Some("127.0.0.1:7")).unwrap(),
+            "http://127.0.0.1:7"
+        );
+    }
+}

@@ -1,0 +1,312 @@
+//! The `/metrics` series: which exist, what they count, from which source.
+//!
+//! Pure: a [`Sample`] in, exposition text out (through `prom`). Counters
+//! come from the status store (registrations, passes, losses), the callback
+//! server (calls, latency, rejections) and the reloader (rescans); gauges
+//! show the present (tools by state, backoff, manifest health). Every
+//! series is listed in the README's metrics table; keep them in step.
+//!
+//! Cardinality: the `tool` label is bounded by the manifests. Per tool,
+//! `callbacks_total` always has its `ok` series and an `outcome` only once
+//! it happened, so 1,000 tools do not make 14,000 zero series.
+
+use super::prom::{Exposition, Kind};
+use super::sample::Sample;
+use crate::callback::Outcome;
+use crate::callback::stats::LATENCY_BOUNDS;
+use crate::status::ToolState;
+
+/// Every tool state, in the order the gauge lists them.
+const STATES: [&str; 6] = [
+    "pending",
+    "registered",
+    "conflict",
+    "rejected",
+    "waiting_for_role",
+    "retrying",
+];
+
+/// Renders a scrape.
+pub fn render(s: &Sample) -> String {
+    let mut e = Exposition::new();
+    build_info(&mut e, s);
+    main_server(&mut e, s);
+    engine(&mut e, s);
+    tools(&mut e, s);
+    callbacks(&mut e, s);
+    manifests(&mut e, s);
+    e.finish()
+}
+
+fn unix_seconds(t: std::time::SystemTime) -> f64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn build_info(e: &mut Exposition, s: &Sample) {
+    e.family(
+        "neko_sidecar_build_info",
+        Kind::Gauge,
+        "Always 1; the labels say which sidecar this is.",
+    );
+    e.sample(
+        "neko_sidecar_build_info",
+        &[("version", s.version), ("source", &s.source)],
+        1.0,
+    );
+    e.family(
+        "neko_sidecar_start_time_seconds",
+        Kind::Gauge,
+        "When the sidecar started, in seconds since the Unix epoch.",
+    );
+    e.sample(
+        "neko_sidecar_start_time_seconds",
+        &[],
+        unix_seconds(s.started_at).floor(),
+    );
+}
+
+fn main_server(e: &mut Exposition, s: &Sample) {
+    let ms = &s.status.main_server;
+    e.family(
+        "neko_sidecar_main_server_up",
+        Kind::Gauge,
+        "1 when main_server answered the last GET /api/tools, 0 when it failed or was not tried yet.",
+    );
+    e.sample(
+        "neko_sidecar_main_server_up",
+        &[],
+        if ms.reachable == Some(true) { 1.0 } else { 0.0 },
+    );
+    e.family(
+        "neko_sidecar_main_server_failed_attempts",
+        Kind::Gauge,
+        "Consecutive failed GETs of main_server's tool list (the backoff attempt); 0 while reachable.",
+    );
+    e.sample(
+        "neko_sidecar_main_server_failed_attempts",
+        &[],
+        f64::from(ms.failed_attempts),
+    );
+    if let Some(t) = ms.last_contact {
+        e.family(
+            "neko_sidecar_main_server_last_contact_seconds",
+            Kind::Gauge,
+            "When main_server last answered a GET, in seconds since the Unix epoch.",
+        );
+        e.sample(
+            "neko_sidecar_main_server_last_contact_seconds",
+            &[],
+            unix_seconds(t).floor(),
+        );
+    }
+}
+
+fn engine(e: &mut Exposition, s: &Sample) {
+    let st = &s.status;
+    e.family(
+        "neko_sidecar_reconcile_passes_total",
+        Kind::Counter,
+        "Reconcile passes completed (a GET that answered, then its plan carried out).",
+    );
+    e.sample("neko_sidecar_reconcile_passes_total", &[], st.passes as f64);
+    e.family(
+        "neko_sidecar_registrations_total",
+        Kind::Counter,
+        "Register requests sent to main_server, by how they ended: accepted (200), rejected (422), unknown_role (404), failed (transient: refused, timeout, 409, 5xx).",
+    );
+    let r = &st.registrations;
+    for (outcome, n) in [
+        ("accepted", r.accepted),
+        ("rejected", r.rejected),
+        ("unknown_role", r.unknown_role),
+        ("failed", r.failed),
+    ] {
+        e.sample(
+            "neko_sidecar_registrations_total",
+            &[("outcome", outcome)],
+            n as f64,
+        );
+    }
+    e.family(
+        "neko_sidecar_tools_lost_total",
+        Kind::Counter,
+        "Registered tools later found missing from main_server's list (restart, eviction, outside unregister, or a new role); each is registered again.",
+    );
+    e.sample("neko_sidecar_tools_lost_total", &[], st.tools_lost as f64);
+    e.family(
+        "neko_sidecar_loss_events_total",
+        Kind::Counter,
+        "Passes that found registered tools missing: main_server restarts, evictions and outside removals (the tool list cannot tell these apart).",
+    );
+    e.sample("neko_sidecar_loss_events_total", &[], st.loss_events as f64);
+}
+
+fn tools(e: &mut Exposition, s: &Sample) {
+    let mut counts = [0u64; STATES.len()];
+    for name in s.desired.tools.keys() {
+        // A desired tool the engine has not picked up yet is pending.
+        let kind = s.status.state(name).map_or("pending", ToolState::kind);
+        if let Some(i) = STATES.iter().position(|k| *k == kind) {
+            counts[i] += 1;
+        }
+    }
+    e.family(
+        "neko_sidecar_tools",
+        Kind::Gauge,
+        "Desired tools by registration state; every state but registered needs attention or time.",
+    );
+    for (state, n) in STATES.iter().zip(counts) {
+        e.sample("neko_sidecar_tools", &[("state", state)], n as f64);
+    }
+    e.family(
+        "neko_sidecar_tool_retry_attempt",
+        Kind::Gauge,
+        "The backoff attempt of each tool now retrying its registration (absent when not retrying).",
+    );
+    for (name, t) in &s.status.tools {
+        if let ToolState::Retrying { attempt, .. } = t.state {
+            e.sample(
+                "neko_sidecar_tool_retry_attempt",
+                &[("tool", name)],
+                f64::from(attempt),
+            );
+        }
+    }
+}
+
+fn callbacks(e: &mut Exposition, s: &Sample) {
+    let tools = &s.callbacks.tools;
+    e.family(
+        "neko_sidecar_callbacks_total",
+        Kind::Counter,
+        "Finished calls per tool, by outcome (ok, tool_error, invalid_arguments, timeout, handler_exit, ...).",
+    );
+    for (name, t) in tools {
+        for (outcome, n) in &t.outcomes {
+            if *n > 0 || *outcome == Outcome::Ok {
+                e.sample(
+                    "neko_sidecar_callbacks_total",
+                    &[("tool", name), ("outcome", outcome.label())],
+                    *n as f64,
+                );
+            }
+        }
+    }
+    e.family(
+        "neko_sidecar_callbacks_in_flight",
+        Kind::Gauge,
+        "Calls per tool running now.",
+    );
+    for (name, t) in tools {
+        e.sample(
+            "neko_sidecar_callbacks_in_flight",
+            &[("tool", name)],
+            t.in_flight as f64,
+        );
+    }
+    e.family(
+        "neko_sidecar_callback_duration_seconds",
+        Kind::Histogram,
+        "How long calls took per tool, from arrival to answer (waiting for a slot and the handler included).",
+    );
+    for (name, t) in tools {
+        e.histogram(
+            "neko_sidecar_callback_duration_seconds",
+            &[("tool", name)],
+            &LATENCY_BOUNDS,
+            &t.latency_buckets,
+            t.latency_sum.as_secs_f64(),
+        );
+    }
+    let r = &s.callbacks.rejections;
+    e.family(
+        "neko_sidecar_callback_rejections_total",
+        Kind::Counter,
+        "Callback requests turned away before reaching a tool: forbidden_peer (not loopback), body_too_large, unknown_token (a URL of an earlier run), unknown_tool.",
+    );
+    for (reason, n) in [
+        ("forbidden_peer", r.forbidden_peer),
+        ("body_too_large", r.body_too_large),
+        ("unknown_token", r.unknown_token),
+        ("unknown_tool", r.unknown_tool),
+    ] {
+        e.sample(
+            "neko_sidecar_callback_rejections_total",
+            &[("reason", reason)],
+            n as f64,
+        );
+    }
+}
+
+fn manifests(e: &mut Exposition, s: &Sample) {
+    let m = &s.manifests;
+    e.family(
+        "neko_sidecar_manifest_files",
+        Kind::Gauge,
+        "Manifest files found in the manifest directories.",
+    );
+    e.sample("neko_sidecar_manifest_files", &[], m.files.len() as f64);
+    e.family(
+        "neko_sidecar_manifest_files_in_error",
+        Kind::Gauge,
+        "Manifest files whose latest version was refused (their last good version, if any, is still served).",
+    );
+    e.sample(
+        "neko_sidecar_manifest_files_in_error",
+        &[],
+        m.files_in_error() as f64,
+    );
+    e.family(
+        "neko_sidecar_desired_tools",
+        Kind::Gauge,
+        "Tools the manifests declare now.",
+    );
+    e.sample(
+        "neko_sidecar_desired_tools",
+        &[],
+        s.desired.tools.len() as f64,
+    );
+    e.family(
+        "neko_sidecar_manifest_rescans_total",
+        Kind::Counter,
+        "Rescans of the manifest directories (file events, the periodic safety net, SIGHUP).",
+    );
+    e.sample("neko_sidecar_manifest_rescans_total", &[], m.rescans as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::view::tests::sample_with;
+    use super::*;
+
+    #[test]
+    fn tools_by_state_count_every_desired_tool_once() {
+        let mut s = sample_with(&["a", "b", "c"]);
+        s.status.tools.get_mut("a").unwrap().state = ToolState::Registered;
+        s.status.tools.remove("c");
+        let text = render(&s);
+        assert!(text.contains("neko_sidecar_tools{state=\"registered\"} 1\n"));
+        assert!(text.contains("neko_sidecar_tools{state=\"pending\"} 2\n"));
+        assert!(text.contains("neko_sidecar_tools{state=\"conflict\"} 0\n"));
+    }
+
+    #[test]
+    fn every_family_has_help_and_type_before_its_samples() {
+        let text = render(&sample_with(&["a"]));
+        let mut typed = std::collections::BTreeSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let name = rest.split(' ').next().unwrap();
+                assert!(typed.insert(name.to_owned()), "{name} typed twice");
+            } else if !line.starts_with('#') {
+                let name = line.split(['{', ' ']).next().unwrap();
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s).filter(|b| typed.contains(*b)))
+                    .unwrap_or(name);
+                assert!(typed.contains(base), "{name} before its TYPE");
+            }
+        }
+    }
+}

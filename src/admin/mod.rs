@@ -1,0 +1,39 @@
+//! The operator surface: the admin HTTP endpoints (`/healthz`, `/readyz`,
+//! `/status`, `/metrics`) and the `status` and `call` commands that use them.
+//!
+//! The daemon builds an [`AdminState`] from what it already runs (status
+//! store, callback handle, reload handle) and hands a bound listener to
+//! [`serve`]. Everything shown is read from those handles at request time:
+//! this module keeps no state of its own, never changes the daemon's state,
+//! and never talks to main_server (only `call` reaches a callback URL, as
+//! main_server would).
+//!
+//! Map: `sample` (one consistent read of every source), `readiness` and
+//! `view` (pure: a sample in, a verdict or the `/status` JSON out), `prom`
+//! (the Prometheus text format writer) and `metrics` (which series), `time`
+//! (RFC 3339 timestamps), `server` (HTTP), `client` (finding and reading a
+//! running sidecar's endpoints), `status_cmd` and `call_cmd` (the commands).
+
+mod call_cmd;
+mod client;
+mod metrics;
+mod prom;
+mod readiness;
+mod sample;
+mod server;
+mod status_cmd;
+mod time;
+mod view;
+
+pub use call_cmd::{CallError, CallOptions, CallReport, call};
+pub use client::{AdminClient, ClientError, admin_url};
+pub use metrics::render as render_metrics;
+pub use readiness::{Readiness, judge};
+pub use sample::{AdminState, Sample};
+pub use server::{AdminError, serve};
+pub use status_cmd::{StatusReport, render_status, status};
+pub use time::rfc3339;
+pub use view::{
+    DiagnosticView, FileView, MainServerView, ManifestsView, StateView, StatusView, ToolView,
+    build as build_view,
+};

@@ -1,0 +1,97 @@
+//! What the admin endpoints read: [`AdminState`], the handles of the running
+//! daemon, and [`Sample`], one read of all of them taken per request.
+//!
+//! Taking one sample first and rendering from it keeps a `/status` answer
+//! (or a scrape) consistent with itself and keeps the renderers pure. This
+//! module only reads handles; it never changes what they hold.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::callback::{CallbackHandle, CallbackStats};
+use crate::desired::DesiredState;
+use crate::reload::{ReloadHandle, ReloadStatus};
+use crate::status::{StatusSnapshot, StatusStore};
+
+/// The daemon's handles the admin endpoints read, plus who this sidecar is.
+/// Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AdminState {
+    /// Registration status, written by the engine.
+    pub status: Arc<StatusStore>,
+    /// Call statistics and each tool's callback URL.
+    pub callbacks: CallbackHandle,
+    /// The desired state and every manifest file's health.
+    pub reload: ReloadHandle,
+    /// The registration source tag.
+    pub source: String,
+    /// main_server's base URL, shown so an operator sees where we look.
+    pub main_server_url: String,
+    /// Wall-clock start, shown to people.
+    pub started_at: SystemTime,
+    /// Monotonic start, for the uptime (immune to clock changes).
+    pub started: Instant,
+    pub version: &'static str,
+}
+
+impl AdminState {
+    /// The state of a daemon starting now, with this crate's version.
+    pub fn new(
+        status: Arc<StatusStore>,
+        callbacks: CallbackHandle,
+        reload: ReloadHandle,
+        source: impl Into<String>,
+        main_server_url: impl Into<String>,
+    ) -> Self {
+        Self {
+            status,
+            callbacks,
+            reload,
+            source: source.into(),
+            main_server_url: main_server_url.into(),
+            started_at: SystemTime::now(),
+            started: Instant::now(),
+            version: env!("CARGO_PKG_VERSION"),
+        }
+    }
+
+    /// Reads every source once.
+    pub fn sample(&self) -> Sample {
+        let desired = Arc::clone(&self.reload.desired().borrow());
+        let callback_urls = desired
+            .tools
+            .keys()
+            .map(|name| (name.clone(), self.callbacks.url_for(name)))
+            .collect();
+        Sample {
+            status: self.status.snapshot(),
+            callbacks: self.callbacks.stats(),
+            callback_urls,
+            manifests: self.reload.status(),
+            desired,
+            source: self.source.clone(),
+            main_server_url: self.main_server_url.clone(),
+            version: self.version,
+            now: SystemTime::now(),
+            started_at: self.started_at,
+            uptime: self.started.elapsed(),
+        }
+    }
+}
+
+/// Everything one answer shows, read at one moment.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub status: StatusSnapshot,
+    pub callbacks: CallbackStats,
+    /// Each desired tool's callback URL.
+    pub callback_urls: std::collections::BTreeMap<String, String>,
+    pub manifests: Arc<ReloadStatus>,
+    pub desired: Arc<DesiredState>,
+    pub source: String,
+    pub main_server_url: String,
+    pub version: &'static str,
+    pub now: SystemTime,
+    pub started_at: SystemTime,
+    pub uptime: Duration,
+}

@@ -1,0 +1,132 @@
+//! The admin HTTP server: `/healthz`, `/readyz`, `/status`, `/metrics`.
+//!
+//! Only loopback peers are served (403 otherwise), and only requests whose
+//! `Host` is an IP literal or `localhost` (400 otherwise): `/status` shows
+//! callback URLs, whose token is what keeps a web page the user visits
+//! from calling tools, so a DNS-rebinding page must not read it. Handlers
+//! take one [`Sample`](super::Sample) and render it; the server never
+//! changes the daemon's state.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /healthz` | 200 `ok` while the process serves |
+//! | `GET /readyz` | 200 `{"ready":true,"reasons":[]}`, or 503 with the reasons |
+//! | `GET /status` | 200, the JSON of `view.rs` |
+//! | `GET /metrics` | 200, Prometheus text format 0.0.4 |
+//! | anything else | 404 |
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::metrics;
+use super::prom::CONTENT_TYPE;
+use super::readiness::judge;
+use super::sample::AdminState;
+use super::view;
+use crate::callback::limits::peer_allowed;
+use crate::devserver::gates::is_trusted_host;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("cannot read the admin listener's address: {0}")]
+    LocalAddr(#[source] std::io::Error),
+    #[error("the admin server failed: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// Serves the admin endpoints on `listener` (bound by the caller, on
+/// loopback) until `shutdown` is cancelled; in-flight answers finish first.
+pub async fn serve(
+    listener: TcpListener,
+    state: AdminState,
+    shutdown: CancellationToken,
+) -> Result<(), AdminError> {
+    let addr = listener.local_addr().map_err(AdminError::LocalAddr)?;
+    let app = router(Arc::new(state));
+    tracing::info!(%addr, "admin endpoints listening (/healthz, /readyz, /status, /metrics)");
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown.cancelled_owned())
+    .await
+    .map_err(AdminError::Serve)
+}
+
+fn router(state: Arc<AdminState>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/status", get(status))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .layer(middleware::from_fn(guard))
+        .with_state(state)
+}
+
+/// The loopback-peer and trusted-host rules, before any route.
+async fn guard(ConnectInfo(peer): ConnectInfo<SocketAddr>, req: Request, next: Next) -> Response {
+    if !peer_allowed(peer) {
+        tracing::warn!(%peer, "refused an admin request from a non-loopback peer");
+        return (
+            StatusCode::FORBIDDEN,
+            "the admin endpoints serve loopback peers only\n",
+        )
+            .into_response();
+    }
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok());
+    if !is_trusted_host(host) {
+        return (
+            StatusCode::BAD_REQUEST,
+            "untrusted Host header: use an IP address or localhost\n",
+        )
+            .into_response();
+    }
+    next.run(req).await
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(state): State<Arc<AdminState>>) -> Response {
+    let verdict = judge(&state.sample());
+    let code = if verdict.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, axum::Json(verdict)).into_response()
+}
+
+async fn status(State(state): State<Arc<AdminState>>) -> Response {
+    axum::Json(view::build(&state.sample())).into_response()
+}
+
+async fn metrics(State(state): State<Arc<AdminState>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, CONTENT_TYPE)],
+        metrics::render(&state.sample()),
+    )
+        .into_response()
+}
+
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        "not found: the admin endpoints are /healthz, /readyz, /status and /metrics\n",
+    )
+        .into_response()
+}
