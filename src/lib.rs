@@ -11,6 +11,7 @@ pub mod check;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod daemon;
 pub mod desired;
 pub mod devserver;
 pub mod diag;
