@@ -30,6 +30,21 @@ pub enum Command {
     DevServer(DevServerArgs),
     /// Run the sidecar: keep the manifests' tools registered and serve their calls.
     Run(RunArgs),
+    /// Show the whole idea end to end: stand-in main_server, example tools, sidecar.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Leave everything running after the story, until Ctrl-C.
+    #[arg(long)]
+    pub keep_running: bool,
+    /// Write each step's checked outcome as JSON to this file.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Show the sidecar's own log lines (info level) between the narration.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
 }
 
 #[derive(Debug, Args)]

@@ -26,6 +26,24 @@ fn main() -> ExitCode {
             }
         }
         Command::Run(args) => run(args),
+        Command::Demo(args) => {
+            let level = if args.verbose { "info" } else { "warn" };
+            neko_sidecar::logging::init(LogFormat::Text, level, Some(level));
+            let opts = neko_sidecar::demo::DemoOptions {
+                keep_running: args.keep_running,
+                report: args.report,
+            };
+            let mut all_ok = true;
+            let code = block_on(async {
+                all_ok = neko_sidecar::demo::run(opts).await?;
+                Ok(())
+            });
+            if code == ExitCode::SUCCESS && !all_ok {
+                ExitCode::from(1)
+            } else {
+                code
+            }
+        }
         Command::DevServer(args) => {
             neko_sidecar::logging::init(LogFormat::Text, "info", None);
             block_on(async move { Ok(neko_sidecar::devserver::run_cli(args).await?) })
