@@ -28,6 +28,36 @@ pub enum Command {
     Check(CheckArgs),
     /// Run the stand-in main_server (the tool API of N.E.K.O) for development and tests.
     DevServer(DevServerArgs),
+    /// Run the sidecar: keep the manifests' tools registered and serve their calls.
+    Run(RunArgs),
+    /// Show the whole idea end to end: stand-in main_server, example tools, sidecar.
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Leave everything running after the story, until Ctrl-C.
+    #[arg(long)]
+    pub keep_running: bool,
+    /// Write each step's checked outcome as JSON to this file.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+    /// Show the sidecar's own log lines (info level) between the narration.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Path of the agent config file.
+    #[arg(long, short = 'c', default_value = DEFAULT_CONFIG_PATH, env = "NEKO_SIDECAR_CONFIG")]
+    pub config: PathBuf,
+    /// Log level or tracing filter, overriding RUST_LOG and `[log] level`.
+    #[arg(long)]
+    pub log_level: Option<String>,
+    /// Log format, overriding `[log] format`.
+    #[arg(long, value_parser = ["text", "json"])]
+    pub log_format: Option<String>,
 }
 
 #[derive(Debug, Args)]

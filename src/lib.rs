@@ -12,6 +12,8 @@ pub mod check;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod daemon;
+pub mod demo;
 pub mod desired;
 pub mod devserver;
 pub mod diag;

@@ -25,11 +25,71 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
+        Command::Run(args) => run(args),
+        Command::Demo(args) => {
+            let level = if args.verbose { "info" } else { "warn" };
+            neko_sidecar::logging::init(LogFormat::Text, level, Some(level));
+            let opts = neko_sidecar::demo::DemoOptions {
+                keep_running: args.keep_running,
+                report: args.report,
+            };
+            let mut all_ok = true;
+            let code = block_on(async {
+                all_ok = neko_sidecar::demo::run(opts).await?;
+                Ok(())
+            });
+            if code == ExitCode::SUCCESS && !all_ok {
+                ExitCode::from(1)
+            } else {
+                code
+            }
+        }
         Command::DevServer(args) => {
             neko_sidecar::logging::init(LogFormat::Text, "info", None);
             block_on(async move { Ok(neko_sidecar::devserver::run_cli(args).await?) })
         }
     }
+}
+
+/// Exit status for an invalid config (sysexits' EX_CONFIG); the systemd
+/// unit does not restart on it.
+const EX_CONFIG: u8 = 78;
+
+/// `neko-sidecar run`: the daemon until SIGTERM/SIGINT.
+fn run(args: neko_sidecar::cli::RunArgs) -> ExitCode {
+    let (cfg, diags) = neko_sidecar::config::load(&args.config);
+    for d in &diags {
+        eprintln!("{d}");
+    }
+    let Some(cfg) = cfg else {
+        eprintln!(
+            "neko-sidecar: the agent config {} is invalid; `neko-sidecar check --config {}` lists every problem",
+            args.config.display(),
+            args.config.display()
+        );
+        return ExitCode::from(EX_CONFIG);
+    };
+    let format = match args.log_format.as_deref() {
+        Some("json") => LogFormat::Json,
+        Some(_) => LogFormat::Text,
+        None => cfg.log.format,
+    };
+    neko_sidecar::logging::init(format, &cfg.log.level, args.log_level.as_deref());
+    block_on(async move {
+        let notifier = neko_sidecar::systemd::Notifier::from_env().unwrap_or_else(|e| {
+            tracing::warn!("systemd notifications are off: {e}");
+            neko_sidecar::systemd::Notifier::disabled()
+        });
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let opts = neko_sidecar::daemon::DaemonOptions {
+            notifier: Some(notifier),
+            callback_listener: None,
+        };
+        let daemon = neko_sidecar::daemon::start(cfg, opts, shutdown.clone()).await?;
+        neko_sidecar::daemon::signals::install(shutdown, daemon.reload_sender())?;
+        daemon.wait().await;
+        Ok(())
+    })
 }
 
 /// Runs a future on a fresh multi-threaded runtime and maps its result.

@@ -99,6 +99,8 @@ pub struct MainServerStatus {
     pub failed_attempts: u32,
     /// When the last GET succeeded.
     pub last_contact: Option<SystemTime>,
+    /// While unreachable: when the next GET is due.
+    pub next_attempt_at: Option<SystemTime>,
 }
 
 /// How register requests ended, counted since start (for metrics).
@@ -305,6 +307,7 @@ impl StatusStore {
         ms.reachable = Some(true);
         ms.failed_attempts = 0;
         ms.last_contact = Some(SystemTime::now());
+        ms.next_attempt_at = None;
         inner.down_since = None;
         inner.last_reminder = None;
         drop(inner);
@@ -321,6 +324,7 @@ impl StatusStore {
         ms.reachable = Some(false);
         ms.failed_attempts = ms.failed_attempts.saturating_add(1);
         ms.last_error = Some(error.to_string());
+        ms.next_attempt_at = Some(SystemTime::now() + retry_in);
         let attempts = ms.failed_attempts;
         if first {
             inner.down_since = Some(now);

@@ -48,7 +48,13 @@ pub async fn call(
             reason: "the command is empty".into(),
         });
     };
-    let mut child = Command::new(program)
+    let mut command = Command::new(program);
+    // systemd's notify variables belong to the service's main process: a
+    // handler using an sd_notify library must not speak for the sidecar.
+    for var in crate::systemd::SERVICE_ONLY_ENV {
+        command.env_remove(var);
+    }
+    let mut child = command
         .args(args)
         .current_dir(&h.cwd)
         .envs(&h.env)

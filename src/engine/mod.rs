@@ -30,6 +30,7 @@ use crate::config::{AgentConfig, RegistrationConfig};
 use crate::desired::DesiredState;
 use crate::planner::Memory;
 use crate::status::StatusStore;
+use crate::systemd::Heartbeat;
 
 pub use clear::{ClearError, ClearMethod, ClearReport, clear_source};
 
@@ -73,6 +74,9 @@ pub struct Engine {
     warned_strays: BTreeSet<String>,
     /// The random unit of the current pass (see `Retry::failed`).
     pass_unit: f64,
+    /// Beaten at every loop turn (and at least every `beat_every` while
+    /// waiting), so the systemd watchdog pings only while this loop runs.
+    heartbeat: Option<(Heartbeat, Duration)>,
 }
 
 impl Engine {
@@ -102,7 +106,22 @@ impl Engine {
             server_retry: Retry::default(),
             warned_strays: BTreeSet::new(),
             pass_unit: 1.0,
+            heartbeat: None,
         })
+    }
+
+    /// Proves this loop alive to the watchdog: a beat at every turn, and at
+    /// least every `every` while waiting (a backoff can be longer than the
+    /// watchdog's patience).
+    pub fn with_heartbeat(mut self, heartbeat: Heartbeat, every: Duration) -> Self {
+        self.heartbeat = Some((heartbeat, every.max(Duration::from_millis(10))));
+        self
+    }
+
+    fn beat(&self) {
+        if let Some((hb, _)) = &self.heartbeat {
+            hb.beat();
+        }
     }
 
     /// Replaces the random jitter, e.g. with `Jitter::fixed(1.0)` in tests
@@ -129,6 +148,7 @@ impl Engine {
         // desired state; `changed()` on it would return at once forever.
         let mut desired_open = true;
         loop {
+            self.beat();
             let started = Instant::now();
             let next = tokio::select! {
                 biased;
@@ -145,21 +165,36 @@ impl Engine {
             };
             // While main_server is unreachable a desired-state change waits
             // for the next try: it cannot be carried out before anyway.
-            let listen = desired_open && !matches!(next, Next::Unreachable(_));
-            tokio::select! {
-                biased;
-                () = shutdown.cancelled() => return,
-                changed = desired_rx.changed(), if listen => match changed {
-                    Ok(()) => {
-                        let d = desired_rx.borrow_and_update().clone();
-                        self.set_desired(d);
+            let unreachable = matches!(next, Next::Unreachable(_));
+            // Waiting is cut into heartbeat-sized slices when a watchdog
+            // listens; a slice that ends early only beats.
+            let beat_every = self.heartbeat.as_ref().map(|(_, every)| *every);
+            loop {
+                let listen = desired_open && !unreachable;
+                let slice_end = beat_every.map_or(wake_at, |e| wake_at.min(Instant::now() + e));
+                tokio::select! {
+                    biased;
+                    () = shutdown.cancelled() => return,
+                    changed = desired_rx.changed(), if listen => {
+                        match changed {
+                            Ok(()) => {
+                                let d = desired_rx.borrow_and_update().clone();
+                                self.set_desired(d);
+                            }
+                            Err(_) => {
+                                tracing::debug!("the desired-state channel closed; keeping the last desired state");
+                                desired_open = false;
+                            }
+                        }
+                        break;
                     }
-                    Err(_) => {
-                        tracing::debug!("the desired-state channel closed; keeping the last desired state");
-                        desired_open = false;
+                    () = tokio::time::sleep_until(slice_end) => {
+                        if slice_end >= wake_at {
+                            break;
+                        }
+                        self.beat();
                     }
-                },
-                () = tokio::time::sleep_until(wake_at) => {}
+                }
             }
         }
     }

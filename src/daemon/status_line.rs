@@ -1,0 +1,111 @@
+//! The one-line summary systemd shows (`STATUS=`): "12/12 tools registered",
+//! "main_server unreachable, retry in 3 s". Pure: built from a status
+//! snapshot, sent by the daemon only when it changes.
+
+use std::time::SystemTime;
+
+use crate::status::{StatusSnapshot, ToolState};
+
+/// The summary of a snapshot, at `now`.
+pub fn summary(snap: &StatusSnapshot, now: SystemTime) -> String {
+    if snap.main_server.reachable == Some(false) {
+        let retry = snap
+            .main_server
+            .next_attempt_at
+            .and_then(|t| t.duration_since(now).ok())
+            .map(|d| format!(", retry in {} s", d.as_secs_f64().ceil() as u64))
+            .unwrap_or_default();
+        return format!(
+            "main_server unreachable ({} failed attempts){retry}",
+            snap.main_server.failed_attempts
+        );
+    }
+    let total = snap.tools.len();
+    let registered = snap
+        .tools
+        .values()
+        .filter(|t| t.state == ToolState::Registered)
+        .count();
+    let mut line = format!("{registered}/{total} tools registered");
+    let mut others: Vec<String> = Vec::new();
+    for (label, pred) in [
+        (
+            "pending",
+            (|s: &ToolState| matches!(s, ToolState::Pending)) as fn(&ToolState) -> bool,
+        ),
+        ("retrying", |s| matches!(s, ToolState::Retrying { .. })),
+        ("in conflict", |s| matches!(s, ToolState::Conflict { .. })),
+        ("rejected", |s| matches!(s, ToolState::Rejected { .. })),
+        ("waiting for a role", |s| {
+            matches!(s, ToolState::WaitingForRole { .. })
+        }),
+    ] {
+        let n = snap.tools.values().filter(|t| pred(&t.state)).count();
+        if n > 0 {
+            others.push(format!("{n} {label}"));
+        }
+    }
+    if snap.main_server.reachable.is_none() && registered == 0 && total > 0 {
+        others.push("main_server not reached yet".into());
+    }
+    if !others.is_empty() {
+        line.push_str(", ");
+        line.push_str(&others.join(", "));
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::{MainServerStatus, ToolStatus};
+    use std::time::Duration;
+
+    fn tool(state: ToolState) -> ToolStatus {
+        ToolStatus {
+            state,
+            since: SystemTime::UNIX_EPOCH,
+            last_registered: None,
+        }
+    }
+
+    #[test]
+    fn counts_registered_and_the_rest() {
+        let mut snap = StatusSnapshot::default();
+        snap.main_server.reachable = Some(true);
+        snap.tools.insert("a".into(), tool(ToolState::Registered));
+        snap.tools.insert("b".into(), tool(ToolState::Registered));
+        assert_eq!(summary(&snap, SystemTime::now()), "2/2 tools registered");
+        snap.tools.insert(
+            "c".into(),
+            tool(ToolState::Conflict {
+                owner: "plugin:x".into(),
+                callback_url: None,
+                same_source: false,
+            }),
+        );
+        snap.tools.insert("d".into(), tool(ToolState::Pending));
+        assert_eq!(
+            summary(&snap, SystemTime::now()),
+            "2/4 tools registered, 1 pending, 1 in conflict"
+        );
+    }
+
+    #[test]
+    fn unreachable_says_when_it_retries() {
+        let now = SystemTime::now();
+        let snap = StatusSnapshot {
+            main_server: MainServerStatus {
+                reachable: Some(false),
+                failed_attempts: 4,
+                next_attempt_at: Some(now + Duration::from_millis(2500)),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(
+            summary(&snap, now),
+            "main_server unreachable (4 failed attempts), retry in 3 s"
+        );
+    }
+}

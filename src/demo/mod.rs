@@ -1,0 +1,500 @@
+//! `neko-sidecar demo`: the whole story in one process, narrated. It starts
+//! the stand-in main_server, the example handlers and the sidecar on free
+//! loopback ports with the example manifests (embedded in the binary), then
+//! shows: the tools registered; the model calling each tool; bad arguments
+//! answered by validation; a main_server restart repaired; a manifest edit
+//! registered in place; shutdown removing every tool.
+//!
+//! Each step's outcome is checked, not only printed: the demo exits non-zero
+//! when one fails, and `--report` writes the outcomes as JSON for the test
+//! that runs it. It uses only the library's public pieces, as a user would.
+
+mod assets;
+mod weather;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value as Json, json};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::daemon::{self, DaemonOptions};
+use crate::devserver::{DevServer, DevServerHandle, InvokeRequest};
+use crate::manifest::find_in_path;
+
+/// How long any one step may take before it counts as failed.
+const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+const SOURCE: &str = "plugin:neko-sidecar-demo";
+const POLL: Duration = Duration::from_millis(250);
+const DEBOUNCE: Duration = Duration::from_millis(100);
+
+#[derive(Debug, Clone, Default)]
+pub struct DemoOptions {
+    /// Leave everything up after the story until Ctrl-C.
+    pub keep_running: bool,
+    /// Write each step's outcome as JSON here.
+    pub report: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("cannot set up the demo: {0}")]
+    Setup(String),
+}
+
+fn setup<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> DemoError + '_ {
+    move |e| DemoError::Setup(format!("{what}: {e}"))
+}
+
+/// The narration and the checked outcomes.
+struct Story {
+    started: Instant,
+    steps: Vec<Json>,
+    ok: bool,
+}
+
+impl Story {
+    fn new() -> Self {
+        println!(
+            "neko-sidecar demo: keeping a plugin's tools available to main_server, end to end\n"
+        );
+        Self {
+            started: Instant::now(),
+            steps: Vec::new(),
+            ok: true,
+        }
+    }
+
+    fn chapter(&self, n: usize, title: &str) {
+        println!("{n}. {title}");
+    }
+
+    fn say(&self, text: &str) {
+        println!("   {text}");
+    }
+
+    /// Records a checked outcome and prints it with its mark.
+    fn outcome(&mut self, step: &str, ok: bool, text: &str, detail: Json) {
+        self.ok &= ok;
+        println!("   {} {text}", if ok { "ok " } else { "FAILED" });
+        self.steps
+            .push(json!({"step": step, "ok": ok, "detail": detail}));
+    }
+}
+
+/// Runs the demo; `Ok(true)` when every step did what it should.
+pub async fn run(opts: DemoOptions) -> Result<bool, DemoError> {
+    let mut story = Story::new();
+    let dir = demo_dir().map_err(setup("cannot create the demo folder"))?;
+    let result = tell(&mut story, &dir, &opts).await;
+    if !opts.keep_running || result.is_err() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    result?;
+    println!(
+        "\n{} in {:.1} s",
+        if story.ok {
+            "done"
+        } else {
+            "done, with failures"
+        },
+        story.started.elapsed().as_secs_f64()
+    );
+    if let Some(path) = &opts.report {
+        let report = json!({"ok": story.ok, "steps": story.steps});
+        std::fs::write(path, report.to_string()).map_err(setup("cannot write the report"))?;
+    }
+    Ok(story.ok)
+}
+
+fn demo_dir() -> std::io::Result<PathBuf> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir =
+        std::env::temp_dir().join(format!("neko-sidecar-demo-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+async fn free_listener() -> Result<TcpListener, DemoError> {
+    TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(setup("cannot bind a loopback port"))
+}
+
+/// Which of our tools each role of the stand-in lists.
+fn ours_by_role(h: &DevServerHandle) -> Vec<(String, Vec<String>)> {
+    let snap = h.registry_snapshot();
+    snap.roles
+        .iter()
+        .map(|r| {
+            let names = r
+                .tools
+                .iter()
+                .filter(|t| t.source == SOURCE)
+                .map(|t| t.name.clone())
+                .collect();
+            (r.role.clone(), names)
+        })
+        .collect()
+}
+
+/// Whether every expected tool is listed in every role it belongs to.
+fn all_listed(h: &DevServerHandle, expected: &[(&str, Option<&str>)]) -> bool {
+    let by_role = ours_by_role(h);
+    expected.iter().all(|(name, role)| {
+        by_role
+            .iter()
+            .filter(|(r, _)| role.is_none_or(|want| want == r))
+            .all(|(_, names)| names.iter().any(|n| n == name))
+    })
+}
+
+async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), DemoError> {
+    // 1. The stand-in main_server.
+    let stand_in = DevServer::builder()
+        .start(free_listener().await?)
+        .map_err(setup("cannot start the stand-in main_server"))?;
+    story.chapter(
+        1,
+        "The stand-in main_server starts (the same tool API as N.E.K.O's)",
+    );
+    story.say(&format!(
+        "{} with roles {}",
+        stand_in.url(),
+        stand_in
+            .registry_snapshot()
+            .roles
+            .iter()
+            .map(|r| r.role.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+
+    // 2. The example handlers and manifests.
+    let stop_handlers = CancellationToken::new();
+    let weather_addr = weather::serve(free_listener().await?, stop_handlers.clone())
+        .map_err(setup("cannot start the example http handler"))?;
+    story.chapter(2, "The plugin's tools are described in TOML manifests");
+    let mut expected: Vec<(&str, Option<&str>)> = Vec::new();
+    for tool in assets::TOOLS {
+        if let Some(prog) = tool.interpreter {
+            if find_in_path(prog).is_none() {
+                story.say(&format!(
+                    "skipping {}: its handler needs `{prog}`, which is not installed",
+                    tool.name
+                ));
+                continue;
+            }
+        }
+        let manifest = tool.manifest.replace(
+            assets::WEATHER_URL,
+            &format!("http://{weather_addr}/weather"),
+        );
+        assets::write(dir, &format!("tools/{}", tool.manifest_file), &manifest)
+            .map_err(setup("cannot write a manifest"))?;
+        for (rel, text) in tool.files {
+            assets::write(dir, rel, text).map_err(setup("cannot write a handler"))?;
+        }
+        let role = (tool.name == "roll_dice").then_some("Lanlan");
+        expected.push((tool.name, role));
+        story.say(&format!("{:<14} {}", tool.name, tool.kind));
+    }
+    story.say(&format!("(manifests in {})", dir.join("tools").display()));
+
+    // 3. The sidecar.
+    let config_path = assets::write(dir, "agent.toml", &agent_toml(&stand_in.url()))
+        .map_err(setup("cannot write the agent config"))?;
+    let (config, diags) = crate::config::load(&config_path);
+    let config = config.ok_or_else(|| {
+        DemoError::Setup(
+            diags
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        )
+    })?;
+    let shutdown = CancellationToken::new();
+    let t0 = Instant::now();
+    let sidecar = daemon::start(
+        config,
+        DaemonOptions {
+            notifier: None,
+            callback_listener: Some(free_listener().await?),
+        },
+        shutdown.clone(),
+    )
+    .await
+    .map_err(setup("cannot start the sidecar"))?;
+    story.chapter(3, "neko-sidecar starts and registers them");
+    story.say(&format!("callback server {}", sidecar.callback.base_url()));
+    let ok = stand_in
+        .wait_for(STEP_TIMEOUT, |h| all_listed(h, &expected))
+        .await;
+    let took = t0.elapsed();
+    let listed = ours_by_role(&stand_in);
+    story.outcome(
+        "registered",
+        ok,
+        &format!(
+            "{} tools registered in {} ms",
+            expected.len(),
+            took.as_millis()
+        ),
+        json!({"tools": expected.len(), "ms": took.as_millis() as u64, "by_role": listed}),
+    );
+    for (role, names) in &listed {
+        story.say(&format!(
+            "main_server lists for {role}: {}",
+            names.join(", ")
+        ));
+    }
+
+    // 4. The model calls each tool.
+    story.chapter(
+        4,
+        "The model calls each tool (what it sends, and the answer it reads)",
+    );
+    let has = |n: &str| expected.iter().any(|(name, _)| *name == n);
+    let mut calls = vec![("get_weather", json!({"city": "Tokyo"}), None)];
+    if has("convert_units") {
+        calls.push((
+            "convert_units",
+            json!({"value": 100, "from": "c", "to": "f"}),
+            None,
+        ));
+    }
+    if has("roll_dice") {
+        calls.push(("roll_dice", json!({"count": 2, "sides": 6}), Some("Lanlan")));
+    }
+    if has("disk_usage") {
+        calls.push(("disk_usage", json!({}), None));
+    }
+    for (name, args, role) in calls {
+        let answer = call(&stand_in, name, args.clone(), role).await;
+        let ok = answer_is_right(name, &answer);
+        story.say(&format!("{name} {args}"));
+        story.outcome(
+            &format!("call:{name}"),
+            ok,
+            &format!("-> {}", show(&answer)),
+            answer,
+        );
+    }
+
+    // 5. Bad arguments.
+    story.chapter(5, "The model sends arguments that break the schema: the sidecar answers, the handler never runs");
+    let bad = json!({"city": 7});
+    let answer = call(&stand_in, "get_weather", bad.clone(), None).await;
+    let ok =
+        answer["is_error"] == json!(true) && answer["output"]["code"] == json!("INVALID_ARGUMENTS");
+    story.say(&format!("get_weather {bad}"));
+    story.outcome("validation", ok, &format!("-> {}", show(&answer)), answer);
+
+    // 6. main_server restarts.
+    story.chapter(
+        6,
+        "main_server restarts and forgets every tool (nothing tells the plugin)",
+    );
+    let t0 = Instant::now();
+    stand_in.restart();
+    let gone = ours_by_role(&stand_in).iter().all(|(_, n)| n.is_empty());
+    story.say(&format!(
+        "main_server now lists {} of our tools",
+        if gone { "none" } else { "some" }
+    ));
+    let ok = stand_in
+        .wait_for(STEP_TIMEOUT, |h| all_listed(h, &expected))
+        .await;
+    let took = t0.elapsed();
+    story.outcome(
+        "restored",
+        ok && gone,
+        &format!(
+            "the sidecar noticed and registered all {} again in {} ms (it polls every {} ms)",
+            expected.len(),
+            took.as_millis(),
+            POLL.as_millis()
+        ),
+        json!({"ms": took.as_millis() as u64, "poll_ms": POLL.as_millis() as u64}),
+    );
+
+    // 7. A manifest edit.
+    story.chapter(
+        7,
+        "The plugin author adds a `unit` parameter to get_weather's manifest",
+    );
+    let weather = assets::TOOLS[0].manifest.replace(
+        assets::WEATHER_URL,
+        &format!("http://{weather_addr}/weather"),
+    );
+    let edited = format!(
+        "{weather}\n[tool.parameters.properties.unit]\ntype = \"string\"\nenum = [\"celsius\", \"fahrenheit\"]\ndescription = \"Temperature unit\"\n"
+    );
+    let t0 = Instant::now();
+    assets::write(dir, "tools/weather.toml", &edited).map_err(setup("cannot edit the manifest"))?;
+    let has_unit = |h: &DevServerHandle| {
+        let snap = h.registry_snapshot();
+        snap.roles.iter().all(|r| {
+            r.tools.iter().any(|t| {
+                t.name == "get_weather" && t.parameters["properties"].get("unit").is_some()
+            })
+        })
+    };
+    let ok = stand_in.wait_for(STEP_TIMEOUT, has_unit).await;
+    let took = t0.elapsed();
+    story.outcome(
+        "schema_updated",
+        ok,
+        &format!(
+            "the new schema is registered in place {} ms after the save (debounce {} ms)",
+            took.as_millis(),
+            DEBOUNCE.as_millis()
+        ),
+        json!({"ms": took.as_millis() as u64}),
+    );
+    let args = json!({"city": "Osaka", "unit": "fahrenheit"});
+    let answer = call(&stand_in, "get_weather", args.clone(), None).await;
+    let ok = answer["output"]["temp_f"].is_number();
+    story.say(&format!("get_weather {args}"));
+    story.outcome(
+        "call:get_weather:unit",
+        ok,
+        &format!("-> {}", show(&answer)),
+        answer,
+    );
+
+    if opts.keep_running {
+        print_try_it(&stand_in, &config_path);
+        let _ = tokio::signal::ctrl_c().await;
+        println!();
+    }
+
+    // 8. Shutdown.
+    story.chapter(
+        8,
+        "The sidecar stops (SIGTERM): it removes its tools in one round trip",
+    );
+    let t0 = Instant::now();
+    shutdown.cancel();
+    let report = sidecar.wait().await;
+    let took = t0.elapsed();
+    let left: usize = ours_by_role(&stand_in).iter().map(|(_, n)| n.len()).sum();
+    let builtins = stand_in
+        .registry_snapshot()
+        .roles
+        .first()
+        .map_or(0, |r| r.tools.len());
+    story.outcome(
+        "unregistered",
+        left == 0 && report.cleared.is_ok(),
+        &format!(
+            "stopped in {} ms; main_server lists {left} of our tools and its {builtins} built-ins",
+            took.as_millis()
+        ),
+        json!({"ms": took.as_millis() as u64, "left": left}),
+    );
+    stop_handlers.cancel();
+    stand_in.shutdown().await;
+    if opts.keep_running {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    Ok(())
+}
+
+fn agent_toml(main_server: &str) -> String {
+    format!(
+        r#"# Written by `neko-sidecar demo`.
+source = "{SOURCE}"
+manifest_dirs = ["tools"]
+
+[main_server]
+url = "{main_server}"
+request_timeout = "2s"
+
+[callback]
+listen = "127.0.0.1:0"
+
+[registration]
+poll_interval = "{}ms"
+backoff_initial = "100ms"
+backoff_max = "1s"
+
+[reload]
+debounce = "{}ms"
+rescan_interval = "5s"
+
+[shutdown]
+deadline = "3s"
+
+[admin]
+listen = ""
+"#,
+        POLL.as_millis(),
+        DEBOUNCE.as_millis()
+    )
+}
+
+async fn call(h: &DevServerHandle, name: &str, args: Json, role: Option<&str>) -> Json {
+    let req = InvokeRequest {
+        name: name.to_string(),
+        arguments: Some(args),
+        raw_arguments: None,
+        role: role.map(str::to_string),
+    };
+    match h.invoke(req).await {
+        Ok(a) => serde_json::to_value(&a).unwrap_or(Json::Null),
+        Err(e) => json!({"is_error": true, "error": e.to_string(), "output": null}),
+    }
+}
+
+/// Whether the model read what the example handler should answer.
+fn answer_is_right(name: &str, a: &Json) -> bool {
+    if a["is_error"] != json!(false) {
+        return false;
+    }
+    let out = &a["output"];
+    match name {
+        "get_weather" => out["temp_c"] == json!(22),
+        "convert_units" => out["value"]
+            .as_f64()
+            .is_some_and(|v| (v - 212.0).abs() < 1e-6),
+        "roll_dice" => out["total"].as_i64().is_some_and(|t| (2..=12).contains(&t)),
+        "disk_usage" => out.as_str().is_some_and(|s| !s.is_empty()),
+        _ => false,
+    }
+}
+
+/// One line of what the model reads.
+fn show(a: &Json) -> String {
+    if a["is_error"] == json!(true) {
+        let err = a["error"]
+            .as_str()
+            .map_or_else(|| a["error"].to_string(), str::to_string);
+        let first = err.lines().collect::<Vec<_>>().join(" ");
+        format!("is_error: {first}")
+    } else {
+        a["output"].to_string()
+    }
+}
+
+fn print_try_it(h: &DevServerHandle, config: &Path) {
+    let mut s = String::new();
+    let _ = writeln!(s, "\nEverything stays up. In another terminal, try:");
+    let _ = writeln!(s, "   curl -s {}/api/tools", h.url());
+    let _ = writeln!(
+        s,
+        "   curl -s -XPOST {}/__dev/invoke -H 'content-type: application/json' -d '{{\"name\":\"get_weather\",\"arguments\":{{\"city\":\"Sapporo\"}}}}'",
+        h.url()
+    );
+    let _ = writeln!(s, "   (the agent config is {})", config.display());
+    let _ = writeln!(
+        s,
+        "Press Ctrl-C to stop; the sidecar then removes its tools."
+    );
+    println!("{s}");
+}
