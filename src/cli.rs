@@ -32,6 +32,45 @@ pub enum Command {
     Run(RunArgs),
     /// Show the whole idea end to end: stand-in main_server, example tools, sidecar.
     Demo(DemoArgs),
+    /// Show a running sidecar's tools, main_server link and manifest errors.
+    /// Exit 0: all tools registered; 1: not; 2: admin endpoint unreachable or bad config.
+    Status(StatusArgs),
+    /// Call a tool through the running sidecar as main_server would, and
+    /// print what the model would see. Exit 0: success; 1: the model sees an
+    /// error; 2: the call could not be made.
+    Call(CallArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Path of the agent config file (where `[admin] listen` is read).
+    #[arg(long, short = 'c', default_value = DEFAULT_CONFIG_PATH, env = "NEKO_SIDECAR_CONFIG")]
+    pub config: PathBuf,
+    /// The admin endpoint, e.g. `127.0.0.1:48931`; overrides the config.
+    #[arg(long)]
+    pub admin: Option<String>,
+    /// Print the raw `/status` JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CallArgs {
+    /// The tool's name.
+    pub tool: String,
+    /// The arguments as JSON text, e.g. '{"city": "Tokyo"}'. Default: {}.
+    #[arg(long)]
+    pub args: Option<String>,
+    /// The model's argument text verbatim, JSON or not (wins over --args),
+    /// to see how a tool copes with what a model may send.
+    #[arg(long, conflicts_with = "args")]
+    pub raw_args: Option<String>,
+    /// Path of the agent config file (where `[admin] listen` is read).
+    #[arg(long, short = 'c', default_value = DEFAULT_CONFIG_PATH, env = "NEKO_SIDECAR_CONFIG")]
+    pub config: PathBuf,
+    /// The admin endpoint, e.g. `127.0.0.1:48931`; overrides the config.
+    #[arg(long)]
+    pub admin: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -2,7 +2,9 @@
 //! library, and map the result to an exit code. Nothing else lives here.
 //!
 //! Exit codes: 0 success; 1 `check` found errors or a command failed;
-//! 78 (EX_CONFIG) the daemon's config or manifests are invalid.
+//! 78 (EX_CONFIG) the daemon's config or manifests are invalid. `status`:
+//! 1 not every tool registered, 2 admin endpoint unreachable or bad config;
+//! `call`: 1 the model would see an error, 2 the call could not be made.
 
 use std::future::Future;
 use std::io::Write;
@@ -42,6 +44,43 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             } else {
                 code
+            }
+        }
+        Command::Status(args) => {
+            let r = on_client_runtime(neko_sidecar::admin::status(
+                &args.config,
+                args.admin.as_deref(),
+                args.json,
+            ));
+            match r {
+                Ok(Ok(report)) => {
+                    print_or_exit(&report.text);
+                    ExitCode::from(if report.ready { 0 } else { 1 })
+                }
+                Ok(Err(e)) => client_failure(&e),
+                Err(e) => client_failure(&e),
+            }
+        }
+        Command::Call(args) => {
+            let opts = neko_sidecar::admin::CallOptions {
+                tool: args.tool,
+                args: args.args,
+                raw_args: args.raw_args,
+            };
+            let r = on_client_runtime(neko_sidecar::admin::call(
+                &args.config,
+                args.admin.as_deref(),
+                &opts,
+            ));
+            match r {
+                Ok(Ok(report)) => {
+                    let text = serde_json::to_string_pretty(&report.answer)
+                        .unwrap_or_else(|_| report.answer.to_string());
+                    print_or_exit(&format!("{text}\n"));
+                    ExitCode::from(if report.is_error { 1 } else { 0 })
+                }
+                Ok(Err(e)) => client_failure(&e),
+                Err(e) => client_failure(&e),
             }
         }
         Command::DevServer(args) => {
@@ -86,10 +125,25 @@ fn run(args: neko_sidecar::cli::RunArgs) -> ExitCode {
             callback_listener: None,
         };
         let daemon = neko_sidecar::daemon::start(cfg, opts, shutdown.clone()).await?;
+        neko_sidecar::admin::start_for(&daemon, &shutdown).await;
         neko_sidecar::daemon::signals::install(shutdown, daemon.reload_sender())?;
         daemon.wait().await;
         Ok(())
     })
+}
+
+/// Runs a client command's future on a small single-threaded runtime.
+fn on_client_runtime<F: Future>(fut: F) -> Result<F::Output, std::io::Error> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    Ok(runtime.block_on(fut))
+}
+
+/// `status` and `call` could not do their job: exit 2.
+fn client_failure(e: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("neko-sidecar: {e}");
+    ExitCode::from(2)
 }
 
 /// Runs a future on a fresh multi-threaded runtime and maps its result.

@@ -30,7 +30,7 @@ pub use client::{AdminClient, ClientError, admin_url};
 pub use metrics::render as render_metrics;
 pub use readiness::{Readiness, judge};
 pub use sample::{AdminState, Sample};
-pub use server::{AdminError, serve};
+pub use server::{AdminError, serve, spawn, start_for};
 pub use status_cmd::{StatusReport, render_status, status};
 pub use time::rfc3339;
 pub use view::{

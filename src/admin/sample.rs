@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::callback::{CallbackHandle, CallbackStats};
+use crate::daemon::Daemon;
 use crate::desired::DesiredState;
 use crate::reload::{ReloadHandle, ReloadStatus};
 use crate::status::{StatusSnapshot, StatusStore};
@@ -53,6 +54,17 @@ impl AdminState {
             started: Instant::now(),
             version: env!("CARGO_PKG_VERSION"),
         }
+    }
+
+    /// The state of a daemon that has just started.
+    pub fn from_daemon(daemon: &Daemon) -> Self {
+        Self::new(
+            Arc::clone(&daemon.status),
+            daemon.callback.clone(),
+            daemon.reload.clone(),
+            daemon.config.source.clone(),
+            daemon.config.main_server.url.clone(),
+        )
     }
 
     /// Reads every source once.

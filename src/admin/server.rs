@@ -25,6 +25,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::metrics;
@@ -33,6 +34,7 @@ use super::readiness::judge;
 use super::sample::AdminState;
 use super::view;
 use crate::callback::limits::peer_allowed;
+use crate::daemon::Daemon;
 use crate::devserver::gates::is_trusted_host;
 
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +62,42 @@ pub async fn serve(
     .with_graceful_shutdown(shutdown.cancelled_owned())
     .await
     .map_err(AdminError::Serve)
+}
+
+/// Starts the admin endpoints of a running daemon on its `[admin] listen`
+/// address, until `shutdown`. Returns the bound address, or `None` when
+/// they are turned off or the address cannot be bound: that is logged as an
+/// error, but the daemon keeps registering tools and serving calls, since
+/// the operator surface must never take the tools down with it.
+pub async fn start_for(daemon: &Daemon, shutdown: &CancellationToken) -> Option<SocketAddr> {
+    let addr = daemon.config.admin.listen?;
+    let listener = match TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(
+                %addr,
+                "the admin endpoints are off: cannot listen on {addr} ({e}); `neko-sidecar status` and readiness probes will fail. Another sidecar on this machine may use the port: give each its own [admin] listen"
+            );
+            return None;
+        }
+    };
+    let bound = listener.local_addr().ok();
+    spawn(listener, AdminState::from_daemon(daemon), shutdown.clone());
+    bound
+}
+
+/// Serves on `listener` in a task of its own until `shutdown` (an error is
+/// logged there). For the daemon and for tests that bind port 0.
+pub fn spawn(
+    listener: TcpListener,
+    state: AdminState,
+    shutdown: CancellationToken,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        if let Err(e) = serve(listener, state, shutdown).await {
+            tracing::error!("{e}");
+        }
+    })
 }
 
 fn router(state: Arc<AdminState>) -> Router {

@@ -48,6 +48,8 @@ pub struct MainServerView {
     /// Consecutive failed GETs (0 while reachable).
     pub failed_attempts: u32,
     pub last_contact: Option<String>,
+    /// While unreachable: when the next GET is due.
+    pub next_attempt_at: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -203,6 +205,7 @@ pub fn build(sample: &Sample) -> StatusView {
             last_error: ms.last_error.clone(),
             failed_attempts: ms.failed_attempts,
             last_contact: ms.last_contact.map(rfc3339),
+            next_attempt_at: ms.next_attempt_at.map(rfc3339),
         },
         engine: EngineView {
             passes: s.passes,
