@@ -30,13 +30,9 @@ pub enum ClientError {
     #[error("--admin {0:?} is not an http:// URL or a HOST:PORT")]
     BadAdminUrl(String),
     #[error(
-        "cannot reach the sidecar's admin endpoint at {url}: {source} (is the sidecar running, with this config?)"
+        "cannot reach the sidecar's admin endpoint at {url}: {reason} (is the sidecar running, with this config?)"
     )]
-    Unreachable {
-        url: String,
-        #[source]
-        source: reqwest::Error,
-    },
+    Unreachable { url: String, reason: String },
     #[error("the admin endpoint at {url} answered {what}")]
     BadAnswer { url: String, what: String },
     #[error("cannot set up an HTTP client: {0}")]
@@ -112,9 +108,9 @@ impl AdminClient {
     /// `GET /status`, as its text (for `--json`) and read.
     pub async fn status(&self) -> Result<(String, StatusView), ClientError> {
         let url = format!("{}/status", self.base);
-        let unreachable = |source| ClientError::Unreachable {
+        let unreachable = |e: reqwest::Error| ClientError::Unreachable {
             url: url.clone(),
-            source,
+            reason: root_cause(&e),
         };
         let resp = self.http.get(&url).send().await.map_err(unreachable)?;
         let code = resp.status();
@@ -132,6 +128,16 @@ impl AdminClient {
         })?;
         Ok((text, view))
     }
+}
+
+/// The innermost cause ("Connection refused (os error 111)"): reqwest's
+/// own message only says that sending failed.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::sample::Sample;
+use crate::diag::plural;
 use crate::status::ToolState;
 
 /// At most this many tools are named in the reasons; the rest are counted.
@@ -40,8 +41,8 @@ pub fn judge(sample: &Sample) -> Readiness {
     match ms.reachable {
         None => reasons.push("main_server has not been reached yet".to_owned()),
         Some(false) => reasons.push(format!(
-            "main_server is unreachable ({} failed attempts): {}",
-            ms.failed_attempts,
+            "main_server is unreachable ({}): {}",
+            plural(ms.failed_attempts as usize, "failed attempt"),
             ms.last_error.as_deref().unwrap_or("unknown error")
         )),
         Some(true) => {}

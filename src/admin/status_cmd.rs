@@ -11,6 +11,7 @@ use std::path::Path;
 
 use super::client::{AdminClient, ClientError, admin_url};
 use super::view::StatusView;
+use crate::diag::plural;
 
 /// At most this much of a tool's last error goes into the table.
 const ERROR_CHARS: usize = 80;
@@ -55,8 +56,8 @@ pub fn render_status(v: &StatusView) -> String {
             ms.last_contact.as_deref().unwrap_or("-")
         ),
         Some(false) => format!(
-            "UNREACHABLE ({} failed attempts): {}",
-            ms.failed_attempts,
+            "UNREACHABLE ({}): {}",
+            plural(ms.failed_attempts as usize, "failed attempt"),
             ms.last_error.as_deref().unwrap_or("unknown error")
         ),
         None => "not reached yet".to_owned(),
@@ -67,9 +68,15 @@ pub fn render_status(v: &StatusView) -> String {
         .iter()
         .filter(|t| t.state.name() == "registered")
         .count();
+    // Without main_server, "registered" is what the last answer said.
+    let as_of = if ms.reachable == Some(true) {
+        ""
+    } else {
+        " (as of the last contact)"
+    };
     let _ = writeln!(
         out,
-        "sidecar {} (source {}), up {}: {registered} of {} tools registered, {}",
+        "sidecar {} (source {}), up {}: {registered} of {} tools registered{as_of}, {}",
         v.version,
         v.source,
         age(v.uptime_seconds),
@@ -92,8 +99,8 @@ pub fn render_status(v: &StatusView) -> String {
     if !problems.is_empty() {
         let _ = writeln!(
             out,
-            "\nmanifest errors ({} of {} files in error; their last good versions stay in use):",
-            v.manifests.files_in_error,
+            "\nmanifest errors ({} in error, out of {}; a file in error keeps serving its last good version, if it had one):",
+            plural(v.manifests.files_in_error, "file"),
             v.manifests.files.len()
         );
         for p in problems {
@@ -241,7 +248,11 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("0 of 2 tools registered, NOT READY"),
+            text.contains("0 of 2 tools registered (as of the last contact), NOT READY"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nmanifest errors (1 file in error, out of 1; "),
             "{text}"
         );
         let table: Vec<&str> = text.lines().skip(3).take(3).collect();
