@@ -206,8 +206,22 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
     story.say(&format!("(manifests in {})", dir.join("tools").display()));
 
     // 3. The sidecar.
-    let config_path = assets::write(dir, "agent.toml", &agent_toml(&stand_in.url()))
-        .map_err(setup("cannot write the agent config"))?;
+    // With --keep-running the admin endpoints get a fixed free port, so that
+    // `neko-sidecar status --config …` finds them from the config alone.
+    let admin_listen = if opts.keep_running {
+        let probe = free_listener().await?;
+        let addr = probe.local_addr().map_err(setup("cannot read a port"))?;
+        drop(probe);
+        addr.to_string()
+    } else {
+        String::new()
+    };
+    let config_path = assets::write(
+        dir,
+        "agent.toml",
+        &agent_toml(&stand_in.url(), &admin_listen),
+    )
+    .map_err(setup("cannot write the agent config"))?;
     let (config, diags) = crate::config::load(&config_path);
     let config = config.ok_or_else(|| {
         DemoError::Setup(
@@ -230,6 +244,9 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
     )
     .await
     .map_err(setup("cannot start the sidecar"))?;
+    if opts.keep_running {
+        crate::admin::start_for(&sidecar, &shutdown).await;
+    }
     story.chapter(3, "neko-sidecar starts and registers them");
     story.say(&format!("callback server {}", sidecar.callback.base_url()));
     let ok = stand_in
@@ -406,7 +423,7 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
     Ok(())
 }
 
-fn agent_toml(main_server: &str) -> String {
+fn agent_toml(main_server: &str, admin_listen: &str) -> String {
     format!(
         r#"# Written by `neko-sidecar demo`.
 source = "{SOURCE}"
@@ -432,7 +449,7 @@ rescan_interval = "5s"
 deadline = "3s"
 
 [admin]
-listen = ""
+listen = "{admin_listen}"
 "#,
         POLL.as_millis(),
         DEBOUNCE.as_millis()
@@ -491,7 +508,15 @@ fn print_try_it(h: &DevServerHandle, config: &Path) {
         "   curl -s -XPOST {}/__dev/invoke -H 'content-type: application/json' -d '{{\"name\":\"get_weather\",\"arguments\":{{\"city\":\"Sapporo\"}}}}'",
         h.url()
     );
-    let _ = writeln!(s, "   (the agent config is {})", config.display());
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "neko-sidecar".into());
+    let _ = writeln!(s, "   {exe} status --config {}", config.display());
+    let _ = writeln!(
+        s,
+        "   {exe} call get_weather --args '{{\"city\":\"Osaka\"}}' --config {}",
+        config.display()
+    );
     let _ = writeln!(
         s,
         "Press Ctrl-C to stop; the sidecar then removes its tools."
