@@ -280,3 +280,37 @@ handler = { type = "exec", command = ["sh", "-c", "cat >/dev/null; echo alpha"] 
     })
     .await;
 }
+
+/// Regression: the daemon's own reads of the manifests (inotify `IN_OPEN` /
+/// `IN_CLOSE_NOWRITE`, "access" events) counted as changes, so every rescan
+/// scheduled the next one a debounce later, forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_manifests_does_not_trigger_rescans() {
+    let h = dev_server().await;
+    let ws = Workspace::new();
+    ws.write_tool("x.toml", &tool("alpha", "v1"));
+    let mut agent = ws.agent(&h.url());
+    agent.debounce = "20ms".into();
+    agent.rescan_interval = "1h".into();
+    let config = ws.write_config(&agent);
+    let d = InProcess::start(&config).await;
+    wait_holds(&h, &[("alpha", "v1")]).await;
+
+    // The first load and the reloader's startup rescan: two reads.
+    let mut updates = d.daemon().reload.status_updates();
+    tokio::time::timeout(WAIT, updates.wait_for(|s| s.rescans >= 2))
+        .await
+        .expect("the startup rescan")
+        .unwrap();
+    // Nothing changes on disk: twenty-five debounce periods without a rescan.
+    let more = tokio::time::timeout(
+        std::time::Duration::from_millis(500),
+        updates.wait_for(|s| s.rescans > 2),
+    )
+    .await;
+    assert!(
+        more.is_err(),
+        "a rescan ran with no change on disk: {} rescans",
+        d.daemon().reload.status().rescans
+    );
+}
