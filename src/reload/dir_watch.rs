@@ -62,7 +62,10 @@ impl DirWatch {
         let roots: Vec<PathBuf> = dirs.to_vec();
         let handler = move |result: DebounceEventResult| {
             let relevant = match result {
-                Ok(events) => events.iter().any(|e| {
+                // Opening and closing a file (access events) change
+                // nothing, and every rescan's own reads cause them: counting
+                // them made each rescan schedule the next, forever.
+                Ok(events) => events.iter().filter(|e| !e.kind.is_access()).any(|e| {
                     e.need_rescan()
                         || e.paths.iter().any(|p| {
                             roots.iter().any(|r| r == p)
