@@ -38,6 +38,7 @@ BURST=1000         # simultaneous calls in benchmark 3
 RES=$ROOT/bench/results
 RAW=$RES/raw
 OUT=$RES/latest.md
+CLK_TCK=$(getconf CLK_TCK)
 REL=$ROOT/target/release
 EX=$REL/examples
 BIN=$REL/neko-sidecar
@@ -165,10 +166,29 @@ EOF
 # ---------------------------------------------- 1. http: direct/nginx/sidecar
 CALL_BODY='{"name":"w","arguments":{"city":"Tokyo"},"call_id":"x","raw_arguments":"{\"city\":\"Tokyo\"}"}'
 
-# wrk_run NAME URL CONCURRENCY SECONDS TOOL → appends a RESULT line to $RAW/NAME.txt
+# CPU time (user + system, in clock ticks) used so far by the given pids.
+cpu_ticks() {
+    local t=0 p v
+    for p in "$@"; do
+        v=$(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null) || v=0
+        t=$((t + v))
+    done
+    echo "$t"
+}
+
+# The pids of PID's children (nginx's workers).
+children() {
+    awk -v pp="$1" '$4 == pp { print $1 }' /proc/[0-9]*/stat 2>/dev/null || true
+}
+
+# wrk_run FILE LABEL URL CONCURRENCY SECONDS TOOL [PID...] → appends a RESULT
+# line to $RAW/FILE.txt, with the CPU the PIDs used per request.
 wrk_run() {
     local file=$1 label=$2 url=$3 c=$4 d=$5 tool=$6 t=1
+    shift 6
+    local pids=("$@") before after
     [ "$c" -gt 1 ] && t=2
+    before=$(cpu_ticks "${pids[@]}")
     if ! TOOL=$tool timeout $((d + 30)) wrk -t"$t" -c"$c" -d"${d}s" --timeout 10s --latency \
         -s "$ROOT/bench/wrk/call.lua" "$url" >"$WORK/wrk.out" 2>&1; then
         cat "$WORK/wrk.out" >&2
@@ -176,13 +196,30 @@ wrk_run() {
     fi
     local line
     line=$(grep '^RESULT' "$WORK/wrk.out") || die "no RESULT from wrk: $(cat "$WORK/wrk.out")"
-    [ -n "$file" ] && echo "$label c=$c ${line#RESULT }" >>"$RAW/$file.txt"
+    after=$(cpu_ticks "${pids[@]}")
+    local reqs cpu=""
+    reqs=$(echo "$line" | grep -o 'requests=[0-9]*' | cut -d= -f2)
+    [ ${#pids[@]} -gt 0 ] && cpu=" cpu_us=$(calc "($after - $before) * 1000000 / $CLK_TCK / $reqs" 1)"
+    [ -n "$file" ] && echo "$label c=$c ${line#RESULT }$cpu" >>"$RAW/$file.txt"
     return 0
 }
 
 # metric FILE LABEL C KEY → the median over rounds
 metric() {
     grep "^$2 c=$3 " "$RAW/$1.txt" | grep -o "$4=[0-9.]*" | cut -d= -f2 | median
+}
+
+# spread FILE LABEL C KEY → "min–max" over rounds
+spread() {
+    grep "^$2 c=$3 " "$RAW/$1.txt" | grep -o "$4=[0-9.]*" | cut -d= -f2 | sort -g |
+        awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s–%s", lo, hi }'
+}
+
+# goal_noise X BASELINE BASELINE_MAX: met, within noise (X no worse than the
+# slowest baseline round), or not met.
+goal_noise() {
+    awk -v x="$1" -v b="$2" -v hi="$3" 'BEGIN {
+        if (x <= b) print "met"; else if (x <= hi) print "within noise"; else print "**not met**" }'
 }
 
 check_answer() {
@@ -222,7 +259,7 @@ bench_http_and_exec() {
     local hp np wp i
     start_bg handler "$EX/bench_handler" --listen 127.0.0.1:0 --max-seconds 1800
     for i in $(seq 100); do
-        hp=$(sed -n 's/^listening on 127.0.0.1://p' "$WORK/handler.log")
+        hp=$(sed -n 's/^listening on 127.0.0.1://p' "$WORK/handler.log" 2>/dev/null) || true
         [ -n "$hp" ] && break
         sleep 0.05
     done
@@ -260,7 +297,10 @@ http {
 }
 EOF
     start_bg nginx "$NGINX" -p "$WORK/nginx" -e "$WORK/nginx/error.log" -c "$WORK/nginx/nginx.conf"
+    local nginx_pid=$LAST_PID
     wait_http "http://127.0.0.1:$np/w" nginx
+    local nginx_pids
+    read -r -a nginx_pids <<<"$nginx_pid $(children "$nginx_pid" | tr '\n' ' ')"
     NGINX_URL=http://127.0.0.1:$np/w
 
     # webhook running the exec handler, the body passed as its argument.
@@ -275,6 +315,7 @@ EOF
 }]
 EOF
     start_bg webhook webhook -hooks "$WORK/hooks.json" -ip 127.0.0.1 -port "$wp"
+    local webhook_pid=$LAST_PID
     wait_http "http://127.0.0.1:$wp/hooks/e" webhook
     WEBHOOK_URL=http://127.0.0.1:$wp/hooks/e
 
@@ -327,8 +368,8 @@ EOF
         wrk_run "" warm "$SIDECAR_URL" "$c" 1 w
         for r in $(seq "$ROUNDS"); do
             wrk_run http direct "$DIRECT" "$c" "$DUR" w
-            wrk_run http nginx "$NGINX_URL" "$c" "$DUR" w
-            wrk_run http sidecar "$SIDECAR_URL" "$c" "$DUR" w
+            wrk_run http nginx "$NGINX_URL" "$c" "$DUR" w "${nginx_pids[@]}"
+            wrk_run http sidecar "$SIDECAR_URL" "$c" "$DUR" w "$SIDECAR_PID"
         done
     done
     log "2: exec handler, $ROUNDS interleaved rounds of ${DUR}s per path and concurrency"
@@ -336,8 +377,8 @@ EOF
         wrk_run "" warm "$WEBHOOK_URL" "$c" 1 e
         wrk_run "" warm "$SIDECAR_EXEC_URL" "$c" 1 e
         for r in $(seq "$ROUNDS"); do
-            wrk_run exec webhook "$WEBHOOK_URL" "$c" "$DUR" e
-            wrk_run exec sidecar "$SIDECAR_EXEC_URL" "$c" "$DUR" e
+            wrk_run exec webhook "$WEBHOOK_URL" "$c" "$DUR" e "$webhook_pid"
+            wrk_run exec sidecar "$SIDECAR_EXEC_URL" "$c" "$DUR" e "$SIDECAR_PID"
         done
     done
     grep -h 'non2xx=[1-9]\|socket_errors=[1-9]' "$RAW/http.txt" "$RAW/exec.txt" >&2 &&
@@ -347,7 +388,7 @@ EOF
 }
 
 report_http() {
-    local c d_p50 d_p99 d_rps n_p50 n_p99 n_rps s_p50 s_p99 s_rps
+    local c d_p50 d_p99 d_rps n_p50 n_p99 n_rps s_p50 s_p99 s_rps n_cpu s_cpu
     cat <<EOF
 ### 1. http handler: latency and throughput (issue 5)
 
@@ -363,16 +404,17 @@ median over rounds; wrk, nginx, the handler and the daemon share the same cores.
 TOOL=w wrk -t1 -c1 -d${DUR}s --latency -s bench/wrk/call.lua URL    # and -t2 -c64
 \`\`\`
 
-| concurrency | path | p50 µs | p99 µs | req/s | added p50 µs | added p99 µs | req/s ÷ direct |
-|---:|---|---:|---:|---:|---:|---:|---:|
+| concurrency | path | p50 µs | p99 µs | req/s | added p50 µs | added p99 µs | req/s ÷ direct | proxy CPU µs per call |
+|---:|---|---:|---:|---:|---:|---:|---:|---:|
 EOF
     for c in 1 64; do
         d_p50=$(metric http direct $c p50_us); d_p99=$(metric http direct $c p99_us); d_rps=$(metric http direct $c rps)
         n_p50=$(metric http nginx $c p50_us); n_p99=$(metric http nginx $c p99_us); n_rps=$(metric http nginx $c rps)
         s_p50=$(metric http sidecar $c p50_us); s_p99=$(metric http sidecar $c p99_us); s_rps=$(metric http sidecar $c rps)
-        echo "| $c | direct (baseline) | $d_p50 | $d_p99 | $(calc "$d_rps" 0) | — | — | 1.00 |"
-        echo "| $c | nginx proxy_pass | $n_p50 | $n_p99 | $(calc "$n_rps" 0) | $(calc "$n_p50-$d_p50" 0) | $(calc "$n_p99-$d_p99" 0) | $(calc "$n_rps/$d_rps") |"
-        echo "| $c | neko-sidecar | $s_p50 | $s_p99 | $(calc "$s_rps" 0) | $(calc "$s_p50-$d_p50" 0) | $(calc "$s_p99-$d_p99" 0) | $(calc "$s_rps/$d_rps") |"
+        n_cpu=$(metric http nginx $c cpu_us); s_cpu=$(metric http sidecar $c cpu_us)
+        echo "| $c | direct (baseline) | $d_p50 | $d_p99 | $(calc "$d_rps" 0) | — | — | 1.00 | — |"
+        echo "| $c | nginx proxy_pass | $n_p50 | $n_p99 | $(calc "$n_rps" 0) | $(calc "$n_p50-$d_p50" 0) | $(calc "$n_p99-$d_p99" 0) | $(calc "$n_rps/$d_rps") | $n_cpu |"
+        echo "| $c | neko-sidecar | $s_p50 | $s_p99 | $(calc "$s_rps" 0) | $(calc "$s_p50-$d_p50" 0) | $(calc "$s_p99-$d_p99" 0) | $(calc "$s_rps/$d_rps") | $s_cpu (× $(calc "$s_cpu/$n_cpu" 1) nginx) |"
         eval "HTTP_${c}=\"$d_p50 $n_p50 $s_p50 $n_rps $s_rps $d_p99 $n_p99 $s_p99\""
     done
     echo
@@ -398,7 +440,7 @@ EOF
 }
 
 report_exec() {
-    local c w_p50 w_p99 w_rps s_p50 s_p99 s_rps
+    local c w_p50 w_p99 w_rps s_p50 s_p99 s_rps SPREADS=""
     cat <<EOF
 ### 2. exec handler: per-call latency (issue 5)
 
@@ -415,16 +457,26 @@ webhook -hooks hooks.json -ip 127.0.0.1 -port P     # hooks.json: written by ben
 TOOL=e wrk -t1 -c1 -d${DUR}s --latency -s bench/wrk/call.lua URL    # and -t2 -c8
 \`\`\`
 
-| concurrency | path | p50 µs | p99 µs | req/s | p50 ÷ webhook | p99 ÷ webhook | req/s ÷ webhook | goal: no slower |
-|---:|---|---:|---:|---:|---:|---:|---:|---|
+| concurrency | path | p50 µs | p99 µs | req/s | p50 ÷ webhook | p99 ÷ webhook | req/s ÷ webhook | runner's own CPU µs per call | goal: no slower |
+|---:|---|---:|---:|---:|---:|---:|---:|---:|---|
 EOF
     for c in 1 8; do
         w_p50=$(metric exec webhook $c p50_us); w_p99=$(metric exec webhook $c p99_us); w_rps=$(metric exec webhook $c rps)
         s_p50=$(metric exec sidecar $c p50_us); s_p99=$(metric exec sidecar $c p99_us); s_rps=$(metric exec sidecar $c rps)
-        echo "| $c | webhook (baseline) | $w_p50 | $w_p99 | $(calc "$w_rps" 0) | 1.00 | 1.00 | 1.00 | |"
-        echo "| $c | neko-sidecar exec | $s_p50 | $s_p99 | $(calc "$s_rps" 0) | $(calc "$s_p50/$w_p50") | $(calc "$s_p99/$w_p99") | $(calc "$s_rps/$w_rps") | $(goal "$s_p50" "$w_p50") |"
-        SUMMARY+=("| 2. exec handler, concurrency $c (issue 5) | p50 no slower than webhook | p50 ÷ webhook $(calc "$s_p50/$w_p50") ($s_p50 / $w_p50 µs) | $(goal "$s_p50" "$w_p50") |")
+        echo "| $c | webhook (baseline) | $w_p50 | $w_p99 | $(calc "$w_rps" 0) | 1.00 | 1.00 | 1.00 | $(metric exec webhook $c cpu_us) | |"
+        local w_hi verdict
+        w_hi=$(spread exec webhook $c p50_us | sed 's/.*–//')
+        verdict=$(goal_noise "$s_p50" "$w_p50" "$w_hi")
+        echo "| $c | neko-sidecar exec | $s_p50 | $s_p99 | $(calc "$s_rps" 0) | $(calc "$s_p50/$w_p50") | $(calc "$s_p99/$w_p99") | $(calc "$s_rps/$w_rps") | $(metric exec sidecar $c cpu_us) | $verdict |"
+        SUMMARY+=("| 2. exec handler, concurrency $c (issue 5) | p50 no slower than webhook | p50 ÷ webhook $(calc "$s_p50/$w_p50") ($s_p50 / $w_p50 µs) | $verdict |")
+        SPREADS+="concurrency $c: webhook $(spread exec webhook $c p50_us) µs, sidecar $(spread exec sidecar $c p50_us) µs; "
     done
+    echo
+    echo "p50 of each round (min–max), to judge the noise: ${SPREADS%; }. \"within noise\": the"
+    echo "sidecar's median is above webhook's median but not above webhook's slowest round."
+    echo
+    echo "The runner's own CPU is the daemon's (or webhook's) user + system time over the"
+    echo "run (\`/proc/PID/stat\`), per call, without the script's own process."
     echo
 }
 
