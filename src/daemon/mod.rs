@@ -170,12 +170,12 @@ pub async fn start(
 
     let listener = match opts.callback_listener {
         Some(l) => l,
-        None => TcpListener::bind(config.callback.listen)
-            .await
-            .map_err(|source| DaemonError::Bind {
+        None => crate::callback::listener::bind(config.callback.listen).map_err(|source| {
+            DaemonError::Bind {
                 addr: config.callback.listen,
                 source,
-            })?,
+            }
+        })?,
     };
     // Never cancelled from outside: `drain` stops the callback server, so
     // that it keeps answering while our tools are being removed.
