@@ -230,3 +230,37 @@ fn wait_for_on_the_request_log_ends_at_its_deadline() {
         .expect("wait_for returns at its deadline");
     assert!(!held);
 }
+
+/// Regression: the binary installed its signal handlers only after the
+/// daemon had started, so a SIGTERM arriving while the first tools were
+/// being registered killed the process (the default action) with its tools
+/// left behind. Now the handlers come first: a SIGTERM as soon as the
+/// daemon logs anything still runs the shutdown path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_start_up_still_shuts_down_cleanly() {
+    let h = dev_server().await;
+    let ws = Workspace::new();
+    ws.write_tool("x.toml", &tools(&["alpha", "beta"], "v1"));
+    let mut sidecar = Sidecar::spawn(&ws.write_config(&ws.agent(&h.url())));
+    // The first line is the manifest summary, logged before anything is
+    // registered.
+    sidecar.wait_log("the first log line", |_| true).await;
+    sidecar.signal(Signal::TERM);
+    let status = sidecar.exit_within(Duration::from_secs(2) + MARGIN).await;
+    assert_eq!(status.code(), Some(0), "{:#?}", sidecar.stderr());
+    assert!(
+        sidecar
+            .stderr()
+            .iter()
+            .any(|l| l.contains("SIGTERM: shutting down")),
+        "{:#?}",
+        sidecar.stderr()
+    );
+    assert!(
+        h.registry_snapshot()
+            .roles
+            .iter()
+            .all(|r| r.tools.iter().all(|t| t.source == "builtin")),
+        "no tool of ours may be left behind"
+    );
+}

@@ -76,10 +76,8 @@ impl DirWatch {
         let roots: Vec<PathBuf> = dirs.to_vec();
         let handler = move |result: DebounceEventResult| {
             let relevant = match result {
-                // Opening and closing a file (access events) change
-                // nothing, and every rescan's own reads cause them: counting
-                // them made each rescan schedule the next, forever.
-                Ok(events) => events.iter().filter(|e| !e.kind.is_access()).any(|e| {
+                // `is_change` leaves out the rescan's own reads.
+                Ok(events) => events.iter().any(|e| {
                     e.need_rescan()
                         || is_change(&e.kind)
                             && e.paths.iter().any(|p| {

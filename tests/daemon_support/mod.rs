@@ -455,6 +455,7 @@ impl InProcess {
         let opts = DaemonOptions {
             notifier: None,
             callback_listener: Some(listener),
+            reloads: None,
         };
         let daemon = daemon::start(cfg, opts, shutdown.clone())
             .await
