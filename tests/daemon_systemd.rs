@@ -129,7 +129,7 @@ async fn notifications_follow_the_daemons_life_in_order() {
             s.starts_with("STATUS=main_server unreachable")
         })
         .await;
-    assert!(unreachable.contains("failed attempts"), "{unreachable}");
+    assert!(unreachable.contains("failed attempt"), "{unreachable}");
 
     h.start_listener().await.unwrap();
     m.until("2/2 registered", |s| s == "STATUS=2/2 tools registered\n")
