@@ -24,3 +24,75 @@ fn envelope_rest_keeps_the_handlers_key_order() {
         r#"{"output":{"a":1,"b":2,"c":3},"is_error":true,"error":"no"}"#
     );
 }
+
+/// Found by the `never_unregisters_what_is_not_ours` property test: a name
+/// we no longer declare, listed with our source in role B and with another
+/// plugin's in role C, was removed with one global unregister, which
+/// main_server applies to every role whoever registered the name: the
+/// other plugin's tool went with ours. Ours must go role by role.
+#[test]
+fn an_undesired_name_shared_with_another_source_is_unregistered_only_where_ours() {
+    use std::time::{Duration, Instant};
+
+    use neko_sidecar::client::{Observed, ObservedTool};
+    use neko_sidecar::config::ConflictPolicy;
+    use neko_sidecar::desired::DesiredState;
+    use neko_sidecar::planner::{Action, Memory, PlanContext, UnregisterReason, plan};
+
+    let tool = |source: &str, url: &str| ObservedTool {
+        name: "e".into(),
+        description: String::new(),
+        source: source.into(),
+        callback_url: Some(url.into()),
+        is_remote: true,
+    };
+    let ours = |n: &str| format!("http://127.0.0.1:40001/cb/tok/{n}");
+    let observed = Observed {
+        tools_by_role: [
+            ("B".to_string(), vec![tool("plugin:w", &ours("e"))]),
+            (
+                "C".to_string(),
+                vec![tool("plugin:other", "http://127.0.0.1:50000/e")],
+            ),
+        ]
+        .into(),
+    };
+    let ctx = PlanContext {
+        source: "plugin:w",
+        url_for: &ours,
+        policy: ConflictPolicy::Yield,
+        reclaim_interval: Duration::from_secs(60),
+        now: Instant::now(),
+    };
+    let desired = DesiredState {
+        source: "plugin:w".into(),
+        tools: Default::default(),
+    };
+    let p = plan(&desired, Some(&observed), &Memory::new(), &ctx);
+    assert_eq!(
+        p.actions,
+        [Action::Unregister {
+            name: "e".into(),
+            role: Some("B".into()),
+            reason: UnregisterReason::NotDesired,
+        }]
+    );
+
+    // Held by us alone, one global unregister still does it in one trip.
+    let alone = Observed {
+        tools_by_role: [
+            ("B".to_string(), vec![tool("plugin:w", &ours("e"))]),
+            ("C".to_string(), vec![tool("plugin:w", &ours("e"))]),
+        ]
+        .into(),
+    };
+    let p = plan(&desired, Some(&alone), &Memory::new(), &ctx);
+    assert_eq!(
+        p.actions,
+        [Action::Unregister {
+            name: "e".into(),
+            role: None,
+            reason: UnregisterReason::NotDesired,
+        }]
+    );
+}
