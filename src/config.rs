@@ -337,7 +337,7 @@ fn build(
                     s.to_ascii_lowercase().as_str(),
                     "error" | "warn" | "info" | "debug" | "trace" | "off"
                 );
-                if (bare && !is_level) || tracing_subscriber::EnvFilter::try_new(&s).is_err() {
+                if (bare && !is_level) || crate::logging::parse_filter(&s).is_none() {
                     r.error(
                         &sp,
                         format!("`level` \"{s}\" is not a log level: use error, warn, info, debug, trace or off (or a tracing directive such as \"neko_sidecar=debug\")"),

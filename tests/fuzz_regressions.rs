@@ -96,3 +96,34 @@ fn an_undesired_name_shared_with_another_source_is_unregistered_only_where_ours(
         }]
     );
 }
+
+/// Found by the `config` fuzz target: `[log] level = " éé=info"` panicked
+/// inside tracing-subscriber (it slices each directive with offsets from
+/// its trimmed form, landing inside the `é`), so `check` and the daemon
+/// crashed on the config instead of reading it. The same parser read
+/// `--log-level` and `RUST_LOG`. Directives are now trimmed before parsing.
+#[test]
+fn log_level_with_whitespace_before_non_ascii_does_not_panic() {
+    use std::path::Path;
+
+    use neko_sidecar::config;
+    use neko_sidecar::logging::parse_filter;
+
+    assert!(parse_filter(" éé=info").is_some());
+    assert!(parse_filter("warn, ü=debug").is_some());
+    assert!(parse_filter(" [é").is_none());
+    let (cfg, diags) = config::parse(
+        Path::new("agent.toml"),
+        "source = \"plugin:w\"\n[log]\nlevel = \" éé=info\"\n",
+    );
+    assert!(diags.is_empty(), "{diags:?}");
+    assert!(cfg.is_some());
+    // The fuzzer's own input: several errors, reported, and no panic.
+    let text = "source = \"mlugin:x\"\n[log]\nformat = \"xml\"\nlevel = \"n\u{fffd}\u{fffd}-,,,,,,,,,           WWWW\u{fffd}\u{fffd}WWW[handlers]WWWW      \u{fffd} ,mVVVVd\"\n";
+    let (cfg, diags) = config::parse(Path::new("agent.toml"), text);
+    assert!(cfg.is_none());
+    assert!(
+        diags.iter().any(|d| d.message.contains("\"xml\"")),
+        "{diags:?}"
+    );
+}
