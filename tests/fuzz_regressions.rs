@@ -127,3 +127,26 @@ fn log_level_with_whitespace_before_non_ascii_does_not_panic() {
         "{diags:?}"
     );
 }
+
+/// Found by reading `config.rs` while writing the `config` target's
+/// invariant (the base URL must join to `{base path}/api/tools`), which then
+/// failed on this input; the 10-minute run had not produced it. The URL was
+/// kept as written, so `url = "http://127.0.0.1:48911/ "` (a trailing space)
+/// passed `check`, but every request went to `/%20/api/tools`.
+#[test]
+fn main_server_url_with_surrounding_spaces_joins_to_the_api_routes() {
+    use std::path::Path;
+
+    use neko_sidecar::config;
+
+    for written in [
+        "http://127.0.0.1:48911/ ",
+        " http://127.0.0.1:48911",
+        "http://127.0.0.1:48911\t/",
+    ] {
+        let text = format!("source = \"plugin:w\"\n[main_server]\nurl = \"{written}\"\n");
+        let (cfg, diags) = config::parse(Path::new("agent.toml"), &text);
+        let cfg = cfg.unwrap_or_else(|| panic!("{written:?}: {diags:?}"));
+        assert_eq!(cfg.main_server.url, "http://127.0.0.1:48911", "{written:?}");
+    }
+}
