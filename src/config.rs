@@ -337,7 +337,7 @@ fn build(
                     s.to_ascii_lowercase().as_str(),
                     "error" | "warn" | "info" | "debug" | "trace" | "off"
                 );
-                if (bare && !is_level) || tracing_subscriber::EnvFilter::try_new(&s).is_err() {
+                if (bare && !is_level) || crate::logging::parse_filter(&s).is_none() {
                     r.error(
                         &sp,
                         format!("`level` \"{s}\" is not a log level: use error, warn, info, debug, trace or off (or a tracing directive such as \"neko_sidecar=debug\")"),
@@ -470,8 +470,11 @@ fn validate_main_server_url(
                 return None;
             }
             // main_server's routes have no trailing slash and it answers 307
-            // to one; keep the base without it so joins are exact.
-            Some(url.trim_end_matches('/').to_string())
+            // to one; keep the base without it so joins are exact. The
+            // parsed form, not the text: the parser drops surrounding
+            // spaces and tabs, and `"http://h/ "` kept as written would
+            // join to `http://h/%20/api/tools`.
+            Some(u.as_str().trim_end_matches('/').to_string())
         }
         Ok(u) if u.scheme() == "https" => {
             r.error(sp, "`url` in [main_server] uses https: main_server is reached over loopback and this build speaks plain http only; use e.g. \"http://127.0.0.1:48911\"");

@@ -14,9 +14,13 @@ use crate::config::LogFormat;
 /// call (as in tests that start several daemons in one process) is a no-op.
 pub fn init(format: LogFormat, config_level: &str, flag_level: Option<&str>) {
     let filter = flag_level
-        .and_then(|l| EnvFilter::try_new(l).ok())
-        .or_else(|| EnvFilter::try_from_default_env().ok())
-        .or_else(|| EnvFilter::try_new(config_level).ok())
+        .and_then(parse_filter)
+        .or_else(|| {
+            std::env::var("RUST_LOG")
+                .ok()
+                .and_then(|v| parse_filter(&v))
+        })
+        .or_else(|| parse_filter(config_level))
         .unwrap_or_else(|| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -36,4 +40,15 @@ pub fn init(format: LogFormat, config_level: &str, flag_level: Option<&str>) {
             .with_ansi(std::io::stderr().is_terminal())
             .try_init(),
     };
+}
+
+/// Parses tracing filter directives (`info`, `neko_sidecar=debug,warn`)
+/// without panicking. tracing-subscriber 0.3 slices each directive with
+/// offsets taken from its trimmed form, so a directive with whitespace
+/// before a non-ASCII character (`" éé=info"`) panics instead of parsing.
+/// Each directive is trimmed first, as the parser trims it anyway, so the
+/// meaning is the same. Every filter the sidecar builds goes through here.
+pub fn parse_filter(directives: &str) -> Option<EnvFilter> {
+    let trimmed: Vec<&str> = directives.split(',').map(str::trim).collect();
+    EnvFilter::try_new(trimmed.join(",")).ok()
 }

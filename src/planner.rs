@@ -456,20 +456,23 @@ fn plan_removals(
     ctx: &PlanContext<'_>,
     out: &mut Plan,
 ) {
-    // name → a listed URL (the first role's), deduplicated across roles.
-    let mut ours_undesired: BTreeMap<&str, Option<&str>> = BTreeMap::new();
-    for tools in observed.tools_by_role.values() {
+    // name → a listed URL (the first role's) and the roles listing it with
+    // our source, deduplicated across roles.
+    let mut ours_undesired: BTreeMap<&str, (Option<&str>, Vec<&str>)> = BTreeMap::new();
+    for (role, tools) in &observed.tools_by_role {
         for t in tools {
             if t.source == ctx.source && !desired.tools.contains_key(&t.name) {
                 ours_undesired
                     .entry(t.name.as_str())
-                    .or_insert(t.callback_url.as_deref());
+                    .or_insert((t.callback_url.as_deref(), Vec::new()))
+                    .1
+                    .push(role);
             }
         }
     }
     let mut seen_strays = BTreeSet::new();
     let empty = ToolMemory::default();
-    for (name, url) in ours_undesired {
+    for (name, (url, roles)) in ours_undesired {
         let mem = memory.get(name).unwrap_or(&empty);
         if mem.retry_at.is_some_and(|at| at > ctx.now) {
             continue;
@@ -491,11 +494,25 @@ fn plan_removals(
             }
             continue;
         }
-        out.actions.push(Action::Unregister {
-            name: name.to_string(),
-            role: None,
-            reason: UnregisterReason::NotDesired,
-        });
+        // A global unregister removes the name from every role whoever
+        // holds it: where another source holds the name in some role, ours
+        // go role by role so theirs stays.
+        let shared = observed
+            .tools_by_role
+            .values()
+            .flatten()
+            .any(|t| t.name == name && t.source != ctx.source);
+        let scopes = if shared {
+            roles.into_iter().map(|r| Some(r.to_string())).collect()
+        } else {
+            vec![None]
+        };
+        out.actions
+            .extend(scopes.into_iter().map(|role| Action::Unregister {
+                name: name.to_string(),
+                role,
+                reason: UnregisterReason::NotDesired,
+            }));
     }
 }
 

@@ -147,13 +147,17 @@ pub fn normalise(body: &[u8]) -> Normalised {
     if !obj.contains_key("output") && !obj.contains_key("is_error") {
         return plain(Json::Object(obj));
     }
-    let is_error = obj.remove("is_error").is_some_and(|v| truthy(&v));
-    let error = obj.remove("error");
-    let (images, warnings) = match obj.remove("images") {
+    // `shift_remove`, not `remove`: with serde_json's `preserve_order`,
+    // `remove` swaps the last key into the hole, and the rest of an envelope
+    // without `output` would reach the model in another order than the
+    // handler wrote it (main_server, in Python, keeps the order).
+    let is_error = obj.shift_remove("is_error").is_some_and(|v| truthy(&v));
+    let error = obj.shift_remove("error");
+    let (images, warnings) = match obj.shift_remove("images") {
         Some(v) => keep_valid_images(&v),
         None => (Vec::new(), Vec::new()),
     };
-    let output = match obj.remove("output") {
+    let output = match obj.shift_remove("output") {
         Some(o) => o,
         None if obj.is_empty() => Json::Null,
         None => Json::Object(obj),

@@ -1,0 +1,162 @@
+//! Property tests of the answer rules (`callback::envelope`): what the
+//! sidecar sends main_server for whatever a handler answered.
+//!
+//! The rules under test are the contract's (CONTRACT.md, "How main_server
+//! reads the answer"): `normalise` is total, an envelope's `is_error` is read
+//! by Python truthiness, bytes that are not JSON are text output, and a valid
+//! envelope comes back as it went in, down to its bytes.
+
+use neko_sidecar::callback::envelope::{MAX_IMAGES, normalise, truthy};
+use proptest::prelude::*;
+use serde_json::{Map, Value as Json, json};
+
+/// Cases per property: enough to cover the shapes, fast in the normal suite.
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: 256,
+        ..ProptestConfig::default()
+    }
+}
+
+/// JSON without floats (whose text form is not this test's subject), keys
+/// drawn mostly from the ones the rules look at.
+fn arb_json() -> impl Strategy<Value = Json> {
+    let key = prop_oneof![
+        3 => prop::sample::select(vec!["output", "is_error", "error", "images", "a", "b", "z"])
+            .prop_map(str::to_string),
+        1 => "[a-z_]{0,6}",
+    ];
+    let leaf = prop_oneof![
+        Just(Json::Null),
+        any::<bool>().prop_map(Json::Bool),
+        any::<i64>().prop_map(Json::from),
+        prop::sample::select(vec!["", " ", "false", "0", "x", "東京"]).prop_map(Json::from),
+        ".{0,8}".prop_map(Json::String),
+    ];
+    leaf.prop_recursive(3, 24, 4, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Json::Array),
+            prop::collection::vec((key.clone(), inner), 0..4)
+                .prop_map(|kv| Json::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+/// Python's `bool(x)` for a JSON value, written from Python's rules, not
+/// from the code under test.
+fn python_bool(v: &Json) -> bool {
+    match v {
+        Json::Null => false,
+        Json::Bool(b) => *b,
+        Json::Number(n) => n.as_f64() != Some(0.0),
+        Json::String(s) => !s.is_empty(),
+        Json::Array(a) => !a.is_empty(),
+        Json::Object(o) => !o.is_empty(),
+    }
+}
+
+fn valid_image() -> impl Strategy<Value = Json> {
+    (
+        "[A-Za-z0-9+/=_-]{1,12}",
+        prop::sample::select(vec!["image/png", "image/jpeg", "image/webp"]),
+        prop::option::of(".{0,10}"),
+    )
+        .prop_map(|(data, mime, prompt)| {
+            let mut img = json!({"data_b64": data, "mime": mime});
+            if let Some(p) = prompt {
+                img["vision_prompt"] = Json::String(p);
+            }
+            img
+        })
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn normalise_is_total_and_always_answers_an_envelope(body in prop::collection::vec(any::<u8>(), 0..200)) {
+        let n = normalise(&body);
+        let v = n.envelope.to_json();
+        let obj = v.as_object().expect("an object");
+        prop_assert_eq!(obj.get("is_error"), Some(&Json::Bool(n.envelope.is_error)));
+        prop_assert_eq!(obj.contains_key("error"), n.envelope.is_error);
+        prop_assert!(n.envelope.images.len() <= MAX_IMAGES);
+    }
+
+    #[test]
+    fn any_json_answer_is_total(value in arb_json()) {
+        let n = normalise(value.to_string().as_bytes());
+        let v = n.envelope.to_json();
+        prop_assert_eq!(v["is_error"].as_bool(), Some(n.envelope.is_error));
+        prop_assert_eq!(v.get("error").is_some(), n.envelope.is_error);
+        prop_assert!(n.envelope.images.len() <= MAX_IMAGES);
+    }
+
+    #[test]
+    fn is_error_passes_through_by_python_truthiness(output in arb_json(), flag in arb_json()) {
+        prop_assert_eq!(truthy(&flag), python_bool(&flag));
+        let body = json!({"output": output.clone(), "is_error": flag.clone()});
+        let n = normalise(body.to_string().as_bytes());
+        prop_assert_eq!(n.envelope.is_error, python_bool(&flag));
+        prop_assert_eq!(n.envelope.output, output);
+    }
+
+    #[test]
+    fn bytes_that_are_not_json_become_the_text_output(body in prop::collection::vec(any::<u8>(), 1..120)) {
+        prop_assume!(serde_json::from_slice::<Json>(&body).is_err());
+        prop_assume!(!body.iter().all(u8::is_ascii_whitespace));
+        let n = normalise(&body);
+        let text = String::from_utf8_lossy(&body);
+        prop_assert_eq!(
+            n.envelope.output,
+            Json::String(text.trim_end_matches(['\r', '\n']).to_string())
+        );
+        prop_assert!(!n.envelope.is_error);
+    }
+
+    #[test]
+    fn a_valid_envelope_round_trips_to_the_byte(
+        output in arb_json(),
+        failure in prop::option::of("[A-Za-z][A-Za-z ]{0,20}"),
+        images in prop::collection::vec(valid_image(), 0..=MAX_IMAGES),
+    ) {
+        // Built in the order the sidecar writes its own answers.
+        let mut m = Map::new();
+        m.insert("output".into(), output);
+        m.insert("is_error".into(), Json::Bool(failure.is_some()));
+        if let Some(e) = failure {
+            m.insert("error".into(), Json::String(e));
+        }
+        if !images.is_empty() {
+            m.insert("images".into(), Json::Array(images));
+        }
+        let sent = Json::Object(m).to_string();
+        let n = normalise(sent.as_bytes());
+        prop_assert!(n.warnings.is_empty(), "{:?}", n.warnings);
+        prop_assert_eq!(n.envelope.to_json().to_string(), sent);
+    }
+
+    #[test]
+    fn an_envelope_without_output_keeps_the_rest_in_its_order(
+        rest in prop::collection::vec(("[a-z]{1,4}", arb_json()), 1..6),
+        flag in any::<bool>(),
+        lead in any::<bool>(),
+    ) {
+        // `is_error` first or last: the rest keeps the handler's order either way.
+        let rest: Map<String, Json> = rest
+            .into_iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "output" | "error"))
+            .collect();
+        prop_assume!(!rest.is_empty());
+        let mut m = Map::new();
+        if lead {
+            m.insert("is_error".into(), Json::Bool(flag));
+        }
+        m.extend(rest.clone());
+        if !lead {
+            m.insert("is_error".into(), Json::Bool(flag));
+        }
+        let n = normalise(Json::Object(m).to_string().as_bytes());
+        prop_assert_eq!(n.envelope.output.to_string(), Json::Object(rest).to_string());
+    }
+}
