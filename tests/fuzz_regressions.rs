@@ -150,3 +150,28 @@ fn main_server_url_with_surrounding_spaces_joins_to_the_api_routes() {
         assert_eq!(cfg.main_server.url, "http://127.0.0.1:48911", "{written:?}");
     }
 }
+
+/// A `parameters_file` naming a FIFO would block the loader forever (and
+/// `/dev/zero` would grow it without end): only regular files are read.
+#[test]
+fn parameters_file_that_is_a_fifo_is_refused_without_reading_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("schema.json");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("SKIPPED: mkfifo is not available");
+        return;
+    }
+    let manifest = dir.path().join("t.toml");
+    let text = "[[tool]]\nname = \"t\"\ndescription = \"d\"\nparameters_file = \"schema.json\"\nhandler = { type = \"exec\", command = [\"sh\", \"x\"] }\n";
+    let f = neko_sidecar::manifest::parse_manifest(&manifest, text, &Default::default());
+    assert!(f.tools.is_empty());
+    let errors: Vec<String> = f
+        .diagnostics
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| d.to_string())
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("is not a regular file"), "{}", errors[0]);
+}

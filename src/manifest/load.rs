@@ -67,6 +67,9 @@ const EXEC_KEYS: &[&str] = &["type", "command", "cwd", "env"];
 /// The largest timeout main_server accepts.
 const MAX_TIMEOUT_SECONDS: f64 = 300.0;
 const MAX_CONCURRENCY_LIMIT: i64 = 10_000;
+/// A JSON Schema is sent to main_server and the model with every
+/// registration; a megabyte is far past any sensible one.
+const MAX_SCHEMA_FILE_BYTES: u64 = 1 << 20;
 
 /// Reads and validates one manifest file.
 pub fn load_file(path: &Path, ctx: &LoadContext) -> ManifestFile {
@@ -338,6 +341,29 @@ fn read_parameters(
     if file.is_some() {
         let (rel, sp) = r.string("parameters_file")?;
         let path = absolutize(base, &rel);
+        // A FIFO or a device (`/dev/zero`) would hang the loader or grow it
+        // without end: only a regular file of a sane size is read.
+        match std::fs::metadata(&path) {
+            Ok(m) if !m.is_file() => {
+                let msg = format!(
+                    "`parameters_file` \"{rel}\" of {} is not a regular file ({})",
+                    r.what,
+                    path.display()
+                );
+                r.error(&sp, msg);
+                return None;
+            }
+            Ok(m) if m.len() > MAX_SCHEMA_FILE_BYTES => {
+                let msg = format!(
+                    "`parameters_file` \"{rel}\" of {} is {} bytes: a schema file may hold at most {MAX_SCHEMA_FILE_BYTES} bytes",
+                    r.what,
+                    m.len()
+                );
+                r.error(&sp, msg);
+                return None;
+            }
+            _ => {}
+        }
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) => {
