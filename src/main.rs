@@ -120,13 +120,17 @@ fn run(args: neko_sidecar::cli::RunArgs) -> ExitCode {
             neko_sidecar::systemd::Notifier::disabled()
         });
         let shutdown = tokio_util::sync::CancellationToken::new();
+        // Signal handlers first: a SIGTERM during start-up must still run
+        // the shutdown path, not kill the process with its tools registered.
+        let (reload_tx, reload_rx) = neko_sidecar::daemon::reload_channel();
+        neko_sidecar::daemon::signals::install(shutdown.clone(), reload_tx.clone())?;
         let opts = neko_sidecar::daemon::DaemonOptions {
             notifier: Some(notifier),
             callback_listener: None,
+            reloads: Some((reload_tx, reload_rx)),
         };
         let daemon = neko_sidecar::daemon::start(cfg, opts, shutdown.clone()).await?;
         neko_sidecar::admin::start_for(&daemon, &shutdown).await;
-        neko_sidecar::daemon::signals::install(shutdown, daemon.reload_sender())?;
         daemon.wait().await;
         Ok(())
     })

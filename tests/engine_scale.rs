@@ -1,34 +1,29 @@
 //! The registration engine at scale: 1,000 tools from cold, and back after
-//! a main_server restart, against the in-process stand-in.
+//! a main_server restart, against the in-process stand-in. How long it takes
+//! is a benchmark (BENCHMARKS.md), not an assertion here: a timed test fails
+//! on a loaded machine without anything being wrong.
 
 mod engine_support;
-
-use std::time::{Duration, Instant};
 
 use engine_support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thousand_tools_register_from_cold_well_under_two_seconds() {
+async fn a_thousand_tools_register_from_cold_and_after_a_restart() {
     let h = dev_server().await;
     // Default max_in_flight (16) and backoff.
     let cfg = agent_config(&h.url(), "poll_interval = \"300ms\"\n");
     let d = many(1000);
-    let started = Instant::now();
     let run = start(&cfg, d.clone(), url_for(dead_port().await, "tok"));
     // Waiting on the engine's status (confirmed by its own GET) rather than
     // re-reading the stand-in's whole registry at each of its 1,000 changes.
     run.wait("registered", |s| registered(s, &d)).await;
-    let took = started.elapsed();
     assert!(all_present(&h, &d, &run.url_for));
-    eprintln!("1,000 tools registered from cold in {took:?}");
-    assert!(took < Duration::from_secs(2), "took {took:?}");
     let s = run
         .wait("converged", |s| s.converged && registered(s, &d))
         .await;
     assert_eq!(s.tools.len(), 1000);
     assert_eq!(count(&h.requests(), "POST", "/api/tools/register"), 1000);
 
-    let restarted = Instant::now();
     let restarted_at = std::time::SystemTime::now();
     h.restart();
     // Registered again means confirmed by a GET after the restart.
@@ -40,11 +35,7 @@ async fn a_thousand_tools_register_from_cold_well_under_two_seconds() {
     })
     .await;
     assert!(all_present(&h, &d, &run.url_for));
-    let back = restarted.elapsed();
-    eprintln!("1,000 tools back after a restart in {back:?} (300 ms poll)");
-    assert!(
-        back < Duration::from_millis(300) + Duration::from_secs(2),
-        "took {back:?}"
-    );
+    // Each tool registered once more, no more: the restart cost one round.
+    assert_eq!(count(&h.requests(), "POST", "/api/tools/register"), 2000);
     run.stop().await;
 }

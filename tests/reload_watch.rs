@@ -277,3 +277,21 @@ async fn a_forced_reload_reports_after_publishing() {
     r.stop().await;
     assert!(handle.reload_now().await.is_err());
 }
+
+/// Regression: the inotify watch also reports opens, and every rescan opens
+/// the directory and each manifest, so each rescan set off the next one a
+/// debounce period later, forever (an idle daemon re-read its manifests
+/// five times a second). Watching an idle directory for 20 debounce periods
+/// must see no rescan at all; absence can only be observed over a window.
+#[tokio::test]
+async fn a_rescan_does_not_set_off_the_next_one() {
+    let d = Dir::new();
+    d.write("a.toml", &manifest(&["weather"], "v1"));
+    d.write("b.toml", &manifest(&["time"], "v1"));
+    let r = Running::events_only(&d).await;
+    let before = r.status.borrow().rescans;
+    tokio::time::sleep(Duration::from_millis(20 * 50)).await;
+    let after = r.status.borrow().rescans;
+    assert_eq!(after, before, "rescans happened with no change on disk");
+    r.stop().await;
+}

@@ -46,6 +46,7 @@ mod exec_handler;
 mod handler;
 mod http_handler;
 pub mod limits;
+pub mod listener;
 mod routes;
 pub mod stats;
 pub mod validate;

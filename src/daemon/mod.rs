@@ -67,6 +67,15 @@ pub struct DaemonOptions {
     /// An already bound callback listener (tests bind port 0); otherwise
     /// `[callback] listen` is bound.
     pub callback_listener: Option<TcpListener>,
+    /// The reload channel, when the caller made it before `start` (the
+    /// binary installs its signal handlers first, so that a signal during
+    /// start-up is never lost); otherwise `start` makes one.
+    pub reloads: Option<(mpsc::Sender<ReloadRequest>, mpsc::Receiver<ReloadRequest>)>,
+}
+
+/// A reload channel for `DaemonOptions::reloads`.
+pub fn reload_channel() -> (mpsc::Sender<ReloadRequest>, mpsc::Receiver<ReloadRequest>) {
+    mpsc::channel(4)
 }
 
 /// A request to reload, with an optional reply when it is done.
@@ -170,12 +179,12 @@ pub async fn start(
 
     let listener = match opts.callback_listener {
         Some(l) => l,
-        None => TcpListener::bind(config.callback.listen)
-            .await
-            .map_err(|source| DaemonError::Bind {
+        None => crate::callback::listener::bind(config.callback.listen).map_err(|source| {
+            DaemonError::Bind {
                 addr: config.callback.listen,
                 source,
-            })?,
+            }
+        })?,
     };
     // Never cancelled from outside: `drain` stops the callback server, so
     // that it keeps answering while our tools are being removed.
@@ -249,7 +258,7 @@ pub async fn start(
         "neko-sidecar is running"
     );
 
-    let (reload_tx, reload_rx) = mpsc::channel(4);
+    let (reload_tx, reload_rx) = opts.reloads.unwrap_or_else(reload_channel);
     let supervisor = Supervisor {
         config: config.clone(),
         notifier,

@@ -16,8 +16,8 @@ pub fn summary(snap: &StatusSnapshot, now: SystemTime) -> String {
             .map(|d| format!(", retry in {} s", d.as_secs_f64().ceil() as u64))
             .unwrap_or_default();
         return format!(
-            "main_server unreachable ({} failed attempts){retry}",
-            snap.main_server.failed_attempts
+            "main_server unreachable ({}){retry}",
+            crate::diag::plural(snap.main_server.failed_attempts as usize, "failed attempt")
         );
     }
     let total = snap.tools.len();

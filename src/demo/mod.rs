@@ -239,6 +239,7 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
         DaemonOptions {
             notifier: None,
             callback_listener: Some(free_listener().await?),
+            reloads: None,
         },
         shutdown.clone(),
     )

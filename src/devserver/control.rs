@@ -143,7 +143,7 @@ async fn remove_role(State(app): State<AppState>, body: Bytes) -> Response {
 }
 
 async fn requests(State(app): State<AppState>) -> Response {
-    let records = app.shared.with_log(|log| log.records());
+    let records = app.shared.read_log(|log| log.records());
     json_response(StatusCode::OK, &json!({ "requests": records }))
 }
 

@@ -251,7 +251,7 @@ impl DevServerHandle {
 
     /// Every logged request outside `/__dev/`, oldest first.
     pub fn requests(&self) -> Vec<RequestRecord> {
-        self.shared.with_log(|log| log.records())
+        self.shared.read_log(|log| log.records())
     }
 
     pub fn clear_request_log(&self) {
@@ -285,7 +285,10 @@ impl DevServerHandle {
                 return true;
             }
             match tokio::time::timeout_at(deadline, changes.changed()).await {
-                Ok(Ok(())) => {}
+                // A change that is always ready (a busy server) would never
+                // let the timeout fire: the deadline is checked here too.
+                Ok(Ok(())) if tokio::time::Instant::now() < deadline => {}
+                Ok(Ok(())) => return condition(self),
                 // The sender lives in `shared`, which we hold: it cannot
                 // close, but a closed channel must not spin.
                 Ok(Err(_)) | Err(_) => return condition(self),

@@ -123,6 +123,12 @@ impl Shared {
         out
     }
 
+    /// Reads the log without notifying anyone: a `wait_for` condition that
+    /// reads it must not wake itself.
+    pub fn read_log<R>(&self, f: impl FnOnce(&RequestLog) -> R) -> R {
+        f(&lock(&self.log))
+    }
+
     /// Forgets every registration, as a main_server restart does: each role
     /// holds only the built-ins again. Roles and faults stay.
     pub fn restart(&self) {

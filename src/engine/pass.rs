@@ -77,7 +77,6 @@ impl Engine {
             }
         }
         self.server_retry.reset();
-        self.status.main_server_ok();
 
         let now = Instant::now();
         let plan = {
@@ -100,6 +99,10 @@ impl Engine {
         for (name, verdict) in &plan.verdicts {
             settled &= self.record_verdict(name, verdict, now);
         }
+        // Reachable only once the tools' states say what this GET showed:
+        // otherwise a reader (readiness) could see main_server back and every
+        // tool still `registered` from before a restart it has not judged.
+        self.status.main_server_ok();
         for name in &plan.unconfirmed_removals {
             settled = false;
             self.failed(

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use notify::RecursiveMode;
+use notify::event::{AccessKind, AccessMode, EventKind};
 use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
 use tokio::sync::Notify;
 
@@ -34,6 +35,19 @@ pub fn is_rescan_trigger(name: &str) -> bool {
         // vim probes a directory's writability with a file named 4913.
         || name == "4913";
     !editor_junk
+}
+
+/// Whether an event of this kind can mean a directory entry changed.
+/// Opening or reading a file changes nothing, and the rescan itself opens
+/// the directory and every manifest in it: if those events counted, every
+/// rescan would cause the next one, a debounce period later, forever. A
+/// close after writing does count (it marks the end of a write).
+pub fn is_change(kind: &EventKind) -> bool {
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
 }
 
 /// The watches on the manifest directories.
@@ -62,14 +76,16 @@ impl DirWatch {
         let roots: Vec<PathBuf> = dirs.to_vec();
         let handler = move |result: DebounceEventResult| {
             let relevant = match result {
+                // `is_change` leaves out the rescan's own reads.
                 Ok(events) => events.iter().any(|e| {
                     e.need_rescan()
-                        || e.paths.iter().any(|p| {
-                            roots.iter().any(|r| r == p)
-                                || p.file_name()
-                                    .and_then(|n| n.to_str())
-                                    .is_none_or(is_rescan_trigger)
-                        })
+                        || is_change(&e.kind)
+                            && e.paths.iter().any(|p| {
+                                roots.iter().any(|r| r == p)
+                                    || p.file_name()
+                                        .and_then(|n| n.to_str())
+                                        .is_none_or(is_rescan_trigger)
+                            })
                 }),
                 Err(errors) => {
                     for e in errors {
@@ -163,6 +179,29 @@ mod tests {
             ".hidden",
         ] {
             assert!(!is_rescan_trigger(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn reading_a_manifest_is_not_a_change_but_writing_is() {
+        use notify::event::{CreateKind, DataChange, ModifyKind, RemoveKind};
+        for no in [
+            EventKind::Access(AccessKind::Open(AccessMode::Any)),
+            EventKind::Access(AccessKind::Open(AccessMode::Read)),
+            EventKind::Access(AccessKind::Close(AccessMode::Read)),
+            EventKind::Access(AccessKind::Read),
+            EventKind::Access(AccessKind::Any),
+        ] {
+            assert!(!is_change(&no), "{no:?}");
+        }
+        for yes in [
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            EventKind::Modify(ModifyKind::Data(DataChange::Any)),
+            EventKind::Create(CreateKind::File),
+            EventKind::Remove(RemoveKind::File),
+            EventKind::Any,
+        ] {
+            assert!(is_change(&yes), "{yes:?}");
         }
     }
 }

@@ -107,6 +107,7 @@ pub async fn start(config_path: &Path) -> Running {
     let opts = DaemonOptions {
         notifier: None,
         callback_listener: Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),
+        reloads: None,
     };
     let daemon = daemon::start(cfg, opts, shutdown.clone()).await.unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

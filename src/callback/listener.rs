@@ -1,0 +1,65 @@
+//! Binding the callback listener with an accept queue deep enough for a
+//! burst of calls.
+//!
+//! main_server opens one connection per call, so a burst of calls is a
+//! burst of connection attempts. tokio's `TcpListener::bind` listens with a
+//! backlog of 128: past that many connections not yet accepted, the kernel
+//! drops the SYN and the caller retries only after a 1 s retransmit, so one
+//! call in four of a 1,000-call burst came 1 s late. This module never
+//! accepts connections; the callback server does.
+
+use std::net::SocketAddr;
+
+use tokio::net::{TcpListener, TcpSocket};
+
+/// The accept queue asked for; the kernel caps it at
+/// `net.core.somaxconn` (4096 by default since Linux 5.4).
+pub const BACKLOG: u32 = 4096;
+
+/// Binds `addr` (with `SO_REUSEADDR`, as `TcpListener::bind` does) and
+/// listens with [`BACKLOG`].
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Regression: with tokio's default backlog (128) the 130th connection
+    /// waiting to be accepted got no answer to its SYN for a second.
+    #[test]
+    fn a_burst_of_connections_waits_in_the_queue_instead_of_being_dropped() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // Nothing accepts: every connection stays in the accept queue.
+        let listener = rt
+            .block_on(async { bind("127.0.0.1:0".parse().unwrap()) })
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        // The kernel caps the queue at somaxconn: stay under it.
+        let cap = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse::<usize>().ok())
+            .unwrap_or(4096);
+        let mut open = Vec::new();
+        for i in 0..300.min(cap.saturating_sub(1)) {
+            match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+                Ok(s) => open.push(s),
+                Err(e) => panic!("connection {i} was not queued: {e}"),
+            }
+        }
+        drop(listener);
+    }
+}
