@@ -295,7 +295,7 @@ async fn chaos_converges_and_every_call_gets_an_envelope() {
     let l = ledger.lock().unwrap();
     eprintln!(
         "chaos: seed {seed}: {} steps in {chaos_took:?}, {} removals ({} refused by a fault), \
-         {} loss events, {} registrations accepted, {} failed; converged {:?} after the faults; \
+         {} loss events, {} registrations accepted, {} failed, {} for an unknown role; converged {:?} after the faults; \
          calls: {} (slowest {:?}); whole test {:?}",
         steps.len(),
         effects.removals,
@@ -303,6 +303,7 @@ async fn chaos_converges_and_every_call_gets_an_envelope() {
         status.loss_events,
         status.registrations.accepted,
         status.registrations.failed,
+        status.registrations.unknown_role,
         phase1.duration_since(faults_off),
         l.summary(),
         l.slowest,

@@ -230,6 +230,7 @@ pub async fn start_daemon(ws: &Workspace, main_server: &str) -> (Daemon, Cancell
     let opts = DaemonOptions {
         notifier: None,
         callback_listener: Some(TcpListener::bind("127.0.0.1:0").await.unwrap()),
+        reloads: None,
     };
     let daemon = daemon::start(cfg, opts, shutdown.clone()).await.unwrap();
     (daemon, shutdown)
