@@ -13,7 +13,8 @@
 //! ```
 //!
 //! Knobs: `SOAK_CALLS` (100000), `SOAK_CONCURRENCY` (64), `SOAK_SLOW` (1000),
-//! `SOAK_IDLE_SECS` (300), `SOAK_NOFILE` (run the sidecar under this soft
+//! `SOAK_IDLE_SECS` (300), `SOAK_IDLE_SETTLE_SECS` (30, before the idle
+//! window starts), `SOAK_NOFILE` (run the sidecar under this soft
 //! descriptor limit, e.g. 1024 as systemd gives a service by default),
 //! `NEKO_SIDECAR_BIN` (default: `neko-sidecar` next to this example's
 //! directory). It owns no library code and asserts nothing the suite does
@@ -526,9 +527,14 @@ async fn scenario_idle(handler: &str) -> Result<()> {
     let rig = rig(handler, "/echo", 100, 30, "5s").await?;
     let pid = rig.sidecar.pid();
     let tck = clock_ticks_per_second();
+    // The registrations are confirmed and logged in the first seconds;
+    // the window measures the steady state after that.
+    let settle = env_num("SOAK_IDLE_SETTLE_SECS", 30);
+    tokio::time::sleep(Duration::from_secs(settle)).await;
+    let threads0 = thread_ticks(pid);
     let t0 = cpu_ticks(pid);
     println!(
-        "idle: 100 tools registered; RSS {} (VmHWM {}), threads {}, fds {}; CPU so far {:.2} s; measuring {secs} s",
+        "idle: 100 tools registered, {settle} s ago; RSS {} (VmHWM {}), threads {}, fds {}; CPU so far {:.2} s; measuring {secs} s",
         rss(pid),
         mib(proc_status(pid, "VmHWM")),
         proc_status(pid, "Threads"),
@@ -546,7 +552,43 @@ async fn scenario_idle(handler: &str) -> Result<()> {
         rss(pid),
         log_lines(&rig.log)
     );
+    let threads1 = thread_ticks(pid);
+    println!(
+        "idle: CPU by thread (s): {}",
+        threads1
+            .iter()
+            .map(|(tid, name, t)| {
+                let before = threads0
+                    .iter()
+                    .find(|(id, _, _)| id == tid)
+                    .map_or(0, |x| x.2);
+                format!("{name}[{tid}]={:.2}", (t - before) as f64 / tck as f64)
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
     Ok(())
+}
+
+/// Every thread of a process: id, name and utime + stime in ticks.
+fn thread_ticks(pid: u32) -> Vec<(String, String, u64)> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<_> = dir
+        .flatten()
+        .filter_map(|e| {
+            let tid = e.file_name().to_string_lossy().into_owned();
+            let name = std::fs::read_to_string(e.path().join("comm")).ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let rest = stat.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+            Some((tid, name.trim().to_owned(), ticks))
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 #[tokio::main]
