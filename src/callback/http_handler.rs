@@ -87,10 +87,20 @@ pub async fn call(
         .send()
         .await
         .map_err(|e| {
-            if e.is_connect() {
+            let cause = root_cause(&e);
+            if out_of_descriptors(&cause) {
+                // The sidecar's own limit, not the plugin: say so, or the
+                // operator goes looking for a plugin that is running fine.
+                HandlerError::Failed {
+                    detail: format!(
+                        "the sidecar has no file descriptor left to reach {} ({cause}): raise its open-files limit (LimitNOFILE)",
+                        target(h)
+                    ),
+                }
+            } else if e.is_connect() {
                 HandlerError::Unreachable {
                     target: target(h),
-                    detail: root_cause(&e),
+                    detail: cause,
                 }
             } else {
                 HandlerError::Failed {
@@ -134,6 +144,11 @@ pub async fn call(
     }
 }
 
+/// EMFILE/ENFILE, as the OS words them in the innermost cause.
+fn out_of_descriptors(cause: &str) -> bool {
+    cause.contains("Too many open files")
+}
+
 /// Reads at most `limit` bytes; the flag says there was more.
 async fn read_bounded(
     resp: &mut reqwest::Response,
@@ -172,4 +187,15 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
         cur = next;
     }
     parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_out_of_descriptors_is_told_apart_from_a_plugin_that_is_down() {
+        assert!(out_of_descriptors("Too many open files (os error 24)"));
+        assert!(!out_of_descriptors("Connection refused (os error 111)"));
+    }
 }
