@@ -8,7 +8,6 @@ mod admin_support;
 use std::path::Path;
 
 use admin_support::*;
-use neko_sidecar::status::ToolState;
 use serde_json::{Value as Json, json};
 
 struct Out {
@@ -86,23 +85,7 @@ async fn status_exits_0_when_every_tool_is_registered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_exits_1_on_a_conflict_or_main_server_down() {
     let h = stand_in().await;
-    let r = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
-        .post(format!("{}/api/tools/register", h.url()))
-        .json(&json!({"name": "greet", "callback_url": "http://127.0.0.1:1/x", "source": "plugin:other"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let ws = Workspace::new();
-    greet(&ws);
-    let run = start(&ws.config(&h.url(), "")).await;
-    run.wait("conflict", |s| {
-        matches!(s.state("greet"), Some(ToolState::Conflict { .. }))
-    })
-    .await;
+    let (_ws, run) = in_conflict_over_greet(&h).await;
     let out = sidecar(&["status", "--admin", &run.url()]).await;
     assert_eq!(out.code, 1, "{}", out.stdout);
     assert!(out.stdout.contains("NOT READY"));

@@ -6,7 +6,6 @@
 mod admin_support;
 
 use admin_support::*;
-use neko_sidecar::status::ToolState;
 use serde_json::json;
 
 fn reasons(body: &serde_json::Value) -> String {
@@ -69,30 +68,17 @@ async fn readiness_follows_main_server_and_registration() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conflict_is_not_ready_until_the_name_is_free() {
     let h = stand_in().await;
-    let other = reqwest::Client::builder().no_proxy().build().unwrap();
-    let register =
-        json!({"name": "greet", "callback_url": "http://127.0.0.1:1/x", "source": "plugin:other"});
-    let r = other
-        .post(format!("{}/api/tools/register", h.url()))
-        .json(&register)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let ws = Workspace::new();
-    greet(&ws);
-    let run = start(&ws.config(&h.url(), "")).await;
-    run.wait("conflict", |s| {
-        matches!(s.state("greet"), Some(ToolState::Conflict { .. }))
-    })
-    .await;
+    let (_ws, run) = in_conflict_over_greet(&h).await;
     let body = run.wait_readyz(503).await;
     assert!(
         reasons(&body).contains("`greet` is in conflict (held by source `plugin:other`)"),
         "{body}"
     );
     // The other owner leaves; the next poll registers ours.
-    let r = other
+    let r = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
         .post(format!("{}/api/tools/unregister", h.url()))
         .json(&json!({"name": "greet", "role": null}))
         .send()

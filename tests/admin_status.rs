@@ -110,21 +110,7 @@ async fn status_shows_server_tools_calls_and_manifest_errors() {
 async fn states_other_than_registered_show_their_details() {
     let h = stand_in().await;
     // Someone else holds `greet` first.
-    let other = reqwest::Client::builder().no_proxy().build().unwrap();
-    let r = other
-        .post(format!("{}/api/tools/register", h.url()))
-        .json(&json!({"name": "greet", "callback_url": "http://127.0.0.1:1/x", "source": "plugin:other"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let ws = Workspace::new();
-    greet(&ws);
-    let run = start(&ws.config(&h.url(), "")).await;
-    run.wait("conflict", |s| {
-        matches!(s.state("greet"), Some(ToolState::Conflict { .. }))
-    })
-    .await;
+    let (_ws, run) = in_conflict_over_greet(&h).await;
     let s = run.status_json().await;
     let t = &s["tools"][0];
     assert_eq!(t["state"], "conflict");

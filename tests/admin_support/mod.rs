@@ -14,7 +14,7 @@ use neko_sidecar::admin::{self, AdminState};
 use neko_sidecar::config;
 use neko_sidecar::daemon::{self, Daemon, DaemonOptions};
 use neko_sidecar::devserver::{DevServer, DevServerHandle};
-use neko_sidecar::status::StatusSnapshot;
+use neko_sidecar::status::{StatusSnapshot, ToolState};
 use serde_json::Value as Json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -185,4 +185,28 @@ impl Running {
 pub async fn dead_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     l.local_addr().unwrap().port()
+}
+
+/// Another plugin (`plugin:other`) registers `greet` first; then the sidecar
+/// starts with its own `greet` and reaches the conflict state. The stand-in
+/// and the sidecar are returned running (the workspace must outlive them).
+pub async fn in_conflict_over_greet(h: &DevServerHandle) -> (Workspace, Running) {
+    let r = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .post(format!("{}/api/tools/register", h.url()))
+        .json(&serde_json::json!({"name": "greet", "callback_url": "http://127.0.0.1:1/x", "source": "plugin:other"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let ws = Workspace::new();
+    greet(&ws);
+    let run = start(&ws.config(&h.url(), "")).await;
+    run.wait("conflict", |s| {
+        matches!(s.state("greet"), Some(ToolState::Conflict { .. }))
+    })
+    .await;
+    (ws, run)
 }
