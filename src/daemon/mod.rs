@@ -107,11 +107,6 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Sends reload requests (SIGHUP) to the daemon.
-    pub fn reload_sender(&self) -> mpsc::Sender<ReloadRequest> {
-        self.reload_tx.clone()
-    }
-
     /// Reloads now and waits until it is done.
     pub async fn reload(&self) {
         let (tx, rx) = tokio::sync::oneshot::channel();
