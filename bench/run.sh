@@ -16,10 +16,12 @@
 #
 # Knobs (environment): BENCH_DURATION (wrk seconds per run, default 5),
 # BENCH_ROUNDS (interleaved wrk rounds, default 3), BENCH_RESTARTS (20),
-# BENCH_EDITS (20), BENCH_STOPS (10), BENCH_SKIP_BUILD=1, BENCH_QUICK=1.
+# BENCH_EDITS (20), BENCH_STOPS (10), BENCH_SKIP_BUILD=1, BENCH_QUICK=1,
+# BENCH_ONLY="1 3" (run only those benchmarks; 1 and 2 run together; the
+# result goes to bench/results/latest.md only, BENCHMARKS.md is left alone).
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 QUICK=${BENCH_QUICK:-0}
@@ -361,7 +363,7 @@ EOF
 
     local r c
     log "1: http handler, $ROUNDS interleaved rounds of ${DUR}s per path and concurrency"
-    for c in 1 64; do
+    want 1 && for c in 1 64; do
         # Warm-up: every path once, not recorded.
         wrk_run "" warm "$DIRECT" "$c" 1 w
         wrk_run "" warm "$NGINX_URL" "$c" 1 w
@@ -373,7 +375,7 @@ EOF
         done
     done
     log "2: exec handler, $ROUNDS interleaved rounds of ${DUR}s per path and concurrency"
-    for c in 1 8; do
+    want 2 && for c in 1 8; do
         wrk_run "" warm "$WEBHOOK_URL" "$c" 1 e
         wrk_run "" warm "$SIDECAR_EXEC_URL" "$c" 1 e
         for r in $(seq "$ROUNDS"); do
@@ -667,6 +669,9 @@ EOF
 }
 
 # ------------------------------------------------ main ---
+# want N: benchmark N is part of this run (BENCH_ONLY unset: all are).
+want() { [ -z "${BENCH_ONLY:-}" ] || [[ " $BENCH_ONLY " == *" $1 "* ]]; }
+
 main() {
     local t0=$SECONDS
     install_peers
@@ -675,20 +680,21 @@ main() {
     mkdir -p "$RAW"
     rm -f "$RAW"/*.txt
     log "machine recorded; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-    bench_http_and_exec
-    bench_burst
-    bench_registry
-    bench_restart
-    bench_edit
-    bench_sigterm
+    want 1 || want 2 && bench_http_and_exec
+    want 3 && bench_burst
+    want 4 && bench_registry
+    want 5 && bench_restart
+    want 6 && bench_edit
+    want 7 && bench_sigterm
     SUMMARY=()
-    report_http >"$WORK/r1"
-    report_exec >"$WORK/r2"
-    report_burst >"$WORK/r3"
-    report_registry >"$WORK/r4"
-    report_restart >"$WORK/r5"
-    report_edit >"$WORK/r6"
-    report_sigterm >"$WORK/r7"
+    rm -f "$WORK"/r[1-7]
+    want 1 && report_http >"$WORK/r1"
+    want 2 && report_exec >"$WORK/r2"
+    want 3 && report_burst >"$WORK/r3"
+    want 4 && report_registry >"$WORK/r4"
+    want 5 && report_restart >"$WORK/r5"
+    want 6 && report_edit >"$WORK/r6"
+    want 7 && report_sigterm >"$WORK/r7"
     local took=$((SECONDS - t0))
     {
         echo "<!-- Written by bench/run.sh; do not edit by hand. -->"
@@ -711,7 +717,9 @@ main() {
     } >"$OUT"
     # Rewrite the marked section of BENCHMARKS.md.
     local doc=$ROOT/BENCHMARKS.md
-    if [ -f "$doc" ] && grep -q '<!-- BEGIN bench/run.sh -->' "$doc"; then
+    if [ -n "${BENCH_ONLY:-}" ]; then
+        log "BENCH_ONLY=$BENCH_ONLY: BENCHMARKS.md left as it was"
+    elif [ -f "$doc" ] && grep -q '<!-- BEGIN bench/run.sh -->' "$doc"; then
         awk -v out="$OUT" '
             /<!-- BEGIN bench\/run.sh -->/ { print; while ((getline l < out) > 0) print l; skip = 1; next }
             /<!-- END bench\/run.sh -->/ { skip = 0 }
@@ -722,4 +730,5 @@ main() {
     log "done in ${took}s: $OUT"
 }
 
-main "$@"
+# Sourced (for a custom run of its pieces), it only defines them.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then main "$@"; fi
