@@ -18,7 +18,7 @@
 # BENCH_ROUNDS (interleaved wrk rounds, default 3), BENCH_RESTARTS (20),
 # BENCH_EDITS (20), BENCH_STOPS (10), BENCH_SKIP_BUILD=1, BENCH_QUICK=1,
 # BENCH_ONLY="1 3" (run only those benchmarks; 1 and 2 run together; the
-# result goes to bench/results/latest.md only, BENCHMARKS.md is left alone).
+# result goes to bench/results/partial/, BENCHMARKS.md is left alone).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,6 +38,8 @@ SLOW_MS=1000       # the slow handler's sleep in benchmark 3
 BURST=1000         # simultaneous calls in benchmark 3
 
 RES=$ROOT/bench/results
+# A partial run (BENCH_ONLY) keeps its figures apart from the full run's.
+[ -n "${BENCH_ONLY:-}" ] && RES=$RES/partial
 RAW=$RES/raw
 OUT=$RES/latest.md
 CLK_TCK=$(getconf CLK_TCK)
