@@ -14,6 +14,12 @@ use clap::Parser;
 use neko_sidecar::cli::{Cli, Command};
 use neko_sidecar::config::LogFormat;
 
+/// mimalloc instead of glibc's malloc: every call allocates and frees a
+/// few dozen small buffers across threads, where glibc spent 11 % of the
+/// daemon's CPU (BENCHMARKS.md, benchmark 1).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {

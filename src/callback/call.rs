@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use tokio::time::Instant;
 
-use super::envelope::{Envelope, normalise};
+use super::envelope::{Envelope, Reply, normalise, success_wire};
 use super::handler::{self, HandlerContext, Invocation};
 use super::limits::{call_budget, seconds};
 use super::routes::Route;
@@ -25,10 +25,10 @@ pub async fn answer(
     body: Bytes,
     arrived: Instant,
     draining: bool,
-) -> Envelope {
+) -> Reply {
     let record = route.stats.begin();
     let spec = &route.spec;
-    let (envelope, outcome, call_id) = run(ctx, &route, body, arrived, draining).await;
+    let (reply, outcome, call_id) = run(ctx, &route, body, arrived, draining).await;
     let elapsed_ms = arrived.elapsed().as_millis();
     if outcome == Outcome::Ok {
         tracing::debug!(tool = %spec.name, call_id, elapsed_ms, "call answered");
@@ -38,12 +38,12 @@ pub async fn answer(
             call_id,
             elapsed_ms,
             outcome = outcome.label(),
-            error = envelope.error.as_deref().unwrap_or(""),
+            error = reply.error().unwrap_or(""),
             "call failed"
         );
     }
     record.finish(outcome);
-    envelope
+    reply
 }
 
 async fn run(
@@ -52,14 +52,17 @@ async fn run(
     body: Bytes,
     arrived: Instant,
     draining: bool,
-) -> (Envelope, Outcome, String) {
+) -> (Reply, Outcome, String) {
     let spec = &route.spec;
     let request = match parse_request(&body, &spec.name) {
         Ok(r) => r,
-        Err(e) => return (*e, Outcome::BadBody, String::new()),
+        Err(e) => return (Reply::Envelope(*e), Outcome::BadBody, String::new()),
     };
     let call_id = request.call_id.clone();
-    let fail = |o: Outcome, msg: String| (Envelope::failure(o.code(), msg), o, call_id.clone());
+    let fail = |o: Outcome, msg: String| {
+        let e = Envelope::failure(o.code(), msg);
+        (Reply::Envelope(e), o, call_id.clone())
+    };
     if draining {
         return fail(
             Outcome::ShuttingDown,
@@ -68,12 +71,15 @@ async fn run(
     }
     if spec.validate_arguments {
         if let Err(e) = check_arguments(spec, &request.arguments) {
-            return (*e, Outcome::InvalidArguments, call_id);
+            return (Reply::Envelope(*e), Outcome::InvalidArguments, call_id);
         }
     }
     let budget = call_budget(spec.timeout());
     let deadline = arrived + budget;
     let slot = tokio::select! {
+        // A free slot (always, for a tool without a limit) is taken at the
+        // first poll, before the stop signal is ever waited for.
+        biased;
         s = route.slots.acquire(deadline) => s,
         () = ctx.hard_stop.cancelled() => {
             return fail(Outcome::ShuttingDown, "the sidecar is shutting down and takes no new calls; try again shortly".into());
@@ -92,6 +98,7 @@ async fn run(
     };
     let invocation = Invocation {
         spec,
+        endpoint: route.endpoint.as_ref(),
         call_id: &call_id,
         body,
         deadline,
@@ -99,6 +106,9 @@ async fn run(
     };
     match handler::run(ctx, invocation).await {
         Ok(bytes) => {
+            if let Some(wire) = success_wire(&bytes) {
+                return (Reply::Wire(wire), Outcome::Ok, call_id);
+            }
             let n = normalise(&bytes);
             for w in &n.warnings {
                 tracing::warn!(tool = %spec.name, call_id, "handler answer: {w}");
@@ -108,7 +118,7 @@ async fn run(
             } else {
                 Outcome::Ok
             };
-            (n.envelope, outcome, call_id)
+            (Reply::Envelope(n.envelope), outcome, call_id)
         }
         Err(e) => fail(e.outcome(), e.to_string()),
     }

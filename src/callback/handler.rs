@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::exec_handler;
-use super::http_handler::{self, HttpClients};
+use std::sync::Arc;
+
+use super::http_handler::{self, Endpoint, Upstreams};
 use super::limits::seconds;
 use super::stats::Outcome;
 use crate::manifest::{Handler, ToolSpec};
@@ -80,7 +82,8 @@ impl HandlerError {
 /// What every call needs besides the call itself.
 #[derive(Debug)]
 pub struct HandlerContext {
-    pub clients: HttpClients,
+    /// This worker thread's pooled connections to http handlers.
+    pub upstreams: Arc<Upstreams>,
     pub max_output_bytes: usize,
     pub kill_grace: Duration,
     /// Cancelled when a drain passes its deadline: running handlers are
@@ -95,6 +98,8 @@ pub struct HandlerContext {
 #[derive(Debug, Clone)]
 pub struct Invocation<'a> {
     pub spec: &'a ToolSpec,
+    /// Worked out at reload for an http handler (see `routes`).
+    pub endpoint: Option<&'a Result<Arc<Endpoint>, String>>,
     pub call_id: &'a str,
     /// The callback body exactly as main_server sent it.
     pub body: Bytes,
@@ -107,7 +112,16 @@ pub struct Invocation<'a> {
 pub async fn run(ctx: &HandlerContext, call: Invocation<'_>) -> Result<Vec<u8>, HandlerError> {
     match &call.spec.handler {
         Handler::Http(h) => {
-            let work = http_handler::call(&ctx.clients, h, call.body, ctx.max_output_bytes);
+            let made;
+            let endpoint = match call.endpoint {
+                Some(e) => e,
+                None => {
+                    made = Endpoint::new(h).map(Arc::new);
+                    &made
+                }
+            };
+            let work =
+                http_handler::call(&ctx.upstreams, endpoint, call.body, ctx.max_output_bytes);
             tokio::select! {
                 r = work => r,
                 () = tokio::time::sleep_until(call.deadline) => Err(HandlerError::Timeout { budget: call.budget, stopped: false }),

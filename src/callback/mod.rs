@@ -37,8 +37,21 @@
 //! calls still waiting for a slot, answer `SIDECAR_SHUTTING_DOWN`, which
 //! takes at most `FORCED_STOP_GRACE` more.
 //!
-//! A panic while answering stays in that call's task; the call answers
-//! `SIDECAR_FAILURE`. A handler that crashes is only that call's failure.
+//! A panic while answering is caught; the call answers `SIDECAR_FAILURE`.
+//! A handler that crashes is only that call's failure. An exec call runs in
+//! a task of its own, so a caller that hangs up cannot leave its process
+//! unreaped; an http call runs in its connection's task (one task less per
+//! call) and is dropped with it, closing its handler connection.
+//!
+//! Threads: the server runs on worker threads of its own (one per CPU, at
+//! most [`MAX_WORKERS`]), each a single-threaded tokio runtime with its own
+//! pool of handler connections, all accepting from the one listener. A call
+//! is then read, handled and answered on one thread, as nginx's workers do:
+//! on the daemon's shared work-stealing runtime, every call crossed threads
+//! several times (the server connection, the call task and the handler
+//! connection each woke another worker), which cost more CPU than the call's
+//! own work (BENCHMARKS.md, benchmark 1). It also keeps a flood of calls
+//! from delaying the registration engine, and the reverse.
 
 mod call;
 pub mod envelope;
@@ -48,22 +61,16 @@ mod http_handler;
 pub mod limits;
 pub mod listener;
 mod routes;
+mod server;
 pub mod stats;
 pub mod validate;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Request, State};
-use axum::http::StatusCode;
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use hyper::StatusCode;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -73,8 +80,8 @@ use crate::config::{CallbackConfig, HandlersConfig};
 use crate::desired::DesiredState;
 use envelope::Envelope;
 use handler::HandlerContext;
-use http_handler::HttpClients;
 use routes::RouteTable;
+use server::{Answer, BodyError, answer};
 use stats::{Rejections, ToolStatsSnapshot};
 
 pub use stats::{Outcome, RejectionCounts};
@@ -82,6 +89,17 @@ pub use stats::{Outcome, RejectionCounts};
 /// How long a forced stop (a drain past its deadline) may take for the
 /// stopped calls to answer and their processes to be reaped.
 pub const FORCED_STOP_GRACE: Duration = Duration::from_millis(500);
+
+/// The most worker threads the server runs, whatever the CPU count: calls
+/// mostly wait for handlers, and a few threads saturate loopback.
+pub const MAX_WORKERS: usize = 4;
+
+/// How many worker threads to run: one per CPU the process may use.
+fn worker_count() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, MAX_WORKERS)
+}
 
 /// The limits the callback server runs with (from `[callback]` and
 /// `[handlers]` of the agent config).
@@ -112,8 +130,8 @@ pub enum CallbackError {
     LocalAddr(#[source] std::io::Error),
     #[error("cannot make the callback token (no system randomness): {0}")]
     Randomness(getrandom::Error),
-    #[error("cannot set up the HTTP client for handlers: {0}")]
-    Client(#[source] reqwest::Error),
+    #[error("cannot start the callback server's worker threads: {0}")]
+    Workers(#[source] std::io::Error),
 }
 
 /// Statistics of the callback server at one moment.
@@ -141,8 +159,11 @@ struct Shared {
     token: String,
     /// Swapped whole on a reload; a call clones the `Arc` it needs.
     routes: RwLock<Arc<RouteTable>>,
-    handlers: HandlerContext,
     rejections: Rejections,
+    /// Cancelled when a drain passes its deadline (see `HandlerContext`).
+    hard_stop: CancellationToken,
+    /// Every running call, on whichever worker (see `HandlerContext`).
+    tasks: TaskTracker,
     /// Cancelled to stop accepting (a child of the daemon's shutdown token).
     stop_accepting: CancellationToken,
     /// For the 413 message.
@@ -175,42 +196,67 @@ impl CallbackServer {
         let shared = Arc::new(Shared {
             token,
             routes: RwLock::new(Arc::new(RouteTable::default())),
-            handlers: HandlerContext {
-                clients: HttpClients::new().map_err(CallbackError::Client)?,
-                max_output_bytes: settings.max_output_bytes,
-                kill_grace: settings.kill_grace,
-                hard_stop: CancellationToken::new(),
-                tasks: TaskTracker::new(),
-            },
             rejections: Rejections::default(),
+            hard_stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
             stop_accepting: shutdown.child_token(),
             max_body_bytes: settings.max_body_bytes,
         });
-        let app = Router::new()
-            .route("/cb/{token}/{tool}", post(on_call))
-            .fallback(on_unknown_path)
-            .layer(DefaultBodyLimit::max(settings.max_body_bytes))
-            .layer(middleware::from_fn_with_state(shared.clone(), check_peer))
-            .with_state(shared.clone());
+        // Everything that can fail is made here, so a failure is the
+        // caller's error and not a thread's.
+        let listener = listener.into_std().map_err(CallbackError::Workers)?;
+        let mut workers = Vec::new();
+        for _ in 0..worker_count() {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(CallbackError::Workers)?;
+            let worker = Worker {
+                shared: shared.clone(),
+                handlers: Arc::new(HandlerContext {
+                    upstreams: Arc::default(),
+                    max_output_bytes: settings.max_output_bytes,
+                    kill_grace: settings.kill_grace,
+                    hard_stop: shared.hard_stop.clone(),
+                    tasks: shared.tasks.clone(),
+                }),
+            };
+            let listener = listener.try_clone().map_err(CallbackError::Workers)?;
+            workers.push((runtime, worker, listener));
+        }
+        drop(listener);
         let server = TaskTracker::new();
-        let stop = shared.stop_accepting.clone();
-        server.spawn(async move {
-            let service = app.into_make_service_with_connect_info::<SocketAddr>();
-            let r = axum::serve(listener, service)
-                .with_graceful_shutdown(stop.cancelled_owned())
-                .await;
-            if let Err(e) = r {
-                tracing::error!(error = %e, "the callback server stopped");
-            }
-        });
+        for (i, (runtime, worker, listener)) in workers.into_iter().enumerate() {
+            let running = server.token();
+            let stop = shared.stop_accepting.clone();
+            std::thread::Builder::new()
+                .name(format!("neko-callback-{i}"))
+                .spawn(move || {
+                    server::serve_on(runtime, listener, worker, stop);
+                    drop(running);
+                })
+                .map_err(|e| {
+                    // The workers already started stop with the rest.
+                    shared.stop_accepting.cancel();
+                    CallbackError::Workers(e)
+                })?;
+        }
         server.close();
         tracing::info!(%addr, "callback server listening");
         Ok(CallbackHandle {
             base_url: format!("http://{addr}"),
-            shared,
+            shared: shared.clone(),
             server,
+            _stop_when_dropped: Arc::new(shared.stop_accepting.clone().drop_guard()),
         })
     }
+}
+
+/// One worker thread's view: the shared state and its own handler clients.
+#[derive(Debug, Clone)]
+pub(crate) struct Worker {
+    shared: Arc<Shared>,
+    handlers: Arc<HandlerContext>,
 }
 
 /// The running server, as the daemon sees it. Cheap to clone.
@@ -218,7 +264,12 @@ impl CallbackServer {
 pub struct CallbackHandle {
     base_url: String,
     shared: Arc<Shared>,
+    /// One token per worker thread, dropped when the thread ends.
     server: TaskTracker,
+    /// When the last handle goes, the workers stop accepting (and end once
+    /// their connections close), so a dropped server leaves no thread
+    /// behind.
+    _stop_when_dropped: Arc<tokio_util::sync::DropGuard>,
 }
 
 impl CallbackHandle {
@@ -261,16 +312,16 @@ impl CallbackHandle {
     pub async fn drain(&self, deadline: Instant) -> Drained {
         let s = &self.shared;
         s.stop_accepting.cancel();
-        s.handlers.tasks.close();
-        let drained = if tokio::time::timeout_at(deadline, s.handlers.tasks.wait())
+        s.tasks.close();
+        let drained = if tokio::time::timeout_at(deadline, s.tasks.wait())
             .await
             .is_ok()
         {
             Drained::Clean
         } else {
             tracing::warn!("calls still running at the shutdown deadline; stopping them");
-            s.handlers.hard_stop.cancel();
-            let _ = tokio::time::timeout(FORCED_STOP_GRACE, s.handlers.tasks.wait()).await;
+            s.hard_stop.cancel();
+            let _ = tokio::time::timeout(FORCED_STOP_GRACE, s.tasks.wait()).await;
             Drained::Forced
         };
         // Open connections close as soon as their last answer is written.
@@ -301,37 +352,19 @@ fn token_matches(expected: &str, given: &str) -> bool {
             == 0
 }
 
-async fn check_peer(
-    State(shared): State<Arc<Shared>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    req: Request,
-    next: Next,
-) -> Response {
-    if limits::peer_allowed(peer) {
-        return next.run(req).await;
-    }
-    shared.rejections.count_forbidden();
-    tracing::warn!(%peer, "refused a callback from a non-loopback peer");
-    (
-        StatusCode::FORBIDDEN,
-        "only loopback peers may call the sidecar\n",
-    )
-        .into_response()
-}
-
-fn answer(status: StatusCode, e: &Envelope) -> Response {
-    (status, axum::Json(e.to_json())).into_response()
-}
-
+/// Answers a request at `/cb/{token}/{tool}` (the transport in `server`
+/// checked the peer, the method and the body's size).
 async fn on_call(
-    State(shared): State<Arc<Shared>>,
-    Path((token, tool)): Path<(String, String)>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+    worker: &Worker,
+    token: &str,
+    tool: &str,
+    body: Result<Bytes, BodyError>,
+) -> Answer {
     let arrived = Instant::now();
+    let Worker { shared, handlers } = worker;
     let body = match body {
         Ok(b) => b,
-        Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+        Err(BodyError::TooLarge) => {
             shared.rejections.count_too_large();
             let e = Envelope::failure(
                 "BODY_TOO_LARGE",
@@ -342,18 +375,15 @@ async fn on_call(
             );
             return answer(StatusCode::PAYLOAD_TOO_LARGE, &e);
         }
-        Err(r) => {
+        Err(BodyError::Unreadable(why)) => {
             let e = Envelope::failure(
                 Outcome::BadBody.code(),
-                format!(
-                    "the sidecar could not read this call's body: {}",
-                    r.body_text()
-                ),
+                format!("the sidecar could not read this call's body: {why}"),
             );
             return answer(StatusCode::OK, &e);
         }
     };
-    if !token_matches(&shared.token, &token) {
+    if !token_matches(&shared.token, token) {
         shared.rejections.count_unknown_token();
         let e = Envelope::failure(
             "UNKNOWN_CALLBACK_TOKEN",
@@ -362,7 +392,7 @@ async fn on_call(
         return answer(StatusCode::OK, &e);
     }
     let routes = shared.routes();
-    let Some(route) = routes.get(&tool) else {
+    let Some(route) = routes.get(tool) else {
         shared.rejections.count_unknown_tool();
         let shown: String = tool.chars().take(64).collect();
         let e = Envelope::failure(
@@ -375,15 +405,26 @@ async fn on_call(
         return answer(StatusCode::OK, &e);
     };
     let draining = shared.stop_accepting.is_cancelled();
-    // The call runs in its own task: a caller that hangs up cannot cut a
-    // handler off halfway (an exec handler is always stopped and reaped),
-    // and a panic stays in that task.
-    let task_shared = shared.clone();
-    let task = shared.handlers.tasks.spawn(async move {
-        call::answer(&task_shared.handlers, route, body, arrived, draining).await
-    });
-    match task.await {
-        Ok(e) => answer(StatusCode::OK, &e),
+    let handlers = handlers.clone();
+    let is_exec = matches!(route.spec.handler, crate::manifest::Handler::Exec(_));
+    let call = async move { call::answer(&handlers, route, body, arrived, draining).await };
+    let done = if is_exec {
+        // An exec call runs in a task of its own (on this worker's thread):
+        // a caller that hangs up cannot cut it off halfway, so its process
+        // is always stopped and reaped. A panic stays in that task.
+        shared.tasks.spawn(call).await.map_err(|e| e.to_string())
+    } else {
+        // An http call runs right here, which saves a task per call on the
+        // hot path. Should the caller hang up, the call is dropped: its
+        // connection to the handler closes (as nginx's does) and it counts
+        // as abandoned. It is tracked like a task, for the drain, and a
+        // panic is caught, so it answers as a failed task would.
+        CatchUnwind(std::pin::pin!(shared.tasks.track_future(call)))
+            .await
+            .map_err(|_| "it panicked".to_string())
+    };
+    match done {
+        Ok(reply) => server::reply(reply),
         Err(err) => {
             tracing::error!(tool, error = %err, "a call's task failed");
             let e = Envelope::failure(
@@ -395,12 +436,25 @@ async fn on_call(
     }
 }
 
-async fn on_unknown_path() -> Response {
-    let e = Envelope::failure(
-        "NO_SUCH_ROUTE",
-        "the sidecar serves calls only at POST /cb/{token}/{tool}",
-    );
-    answer(StatusCode::NOT_FOUND, &e)
+/// A future whose panic becomes an `Err` (what a task's `JoinError` is).
+struct CatchUnwind<F>(F);
+
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
+    type Output = std::thread::Result<F::Output>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let inner = &mut self.0;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            std::pin::Pin::new(inner).poll(cx)
+        })) {
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Ok(std::task::Poll::Ready(v)) => std::task::Poll::Ready(Ok(v)),
+            Err(panic) => std::task::Poll::Ready(Err(panic)),
+        }
+    }
 }
 
 #[cfg(test)]

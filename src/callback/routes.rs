@@ -10,15 +10,18 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::http_handler::Endpoint;
 use super::limits::Slots;
 use super::stats::ToolStats;
 use crate::desired::DesiredState;
-use crate::manifest::ToolSpec;
+use crate::manifest::{Handler, ToolSpec};
 
 /// One served tool.
 #[derive(Debug)]
 pub struct Route {
     pub spec: Arc<ToolSpec>,
+    /// An http handler's address, parsed here once rather than per call.
+    pub endpoint: Option<Result<Arc<Endpoint>, String>>,
     pub slots: Slots,
     pub stats: Arc<ToolStats>,
 }
@@ -54,8 +57,13 @@ impl RouteTable {
                     _ => Slots::new(tool.spec.max_concurrency),
                 };
                 let stats = old.map_or_else(Default::default, |r| r.stats.clone());
+                let endpoint = match &tool.spec.handler {
+                    Handler::Http(h) => Some(Endpoint::new(h).map(Arc::new)),
+                    Handler::Exec(_) => None,
+                };
                 let route = Route {
                     spec: tool.spec.clone(),
+                    endpoint,
                     slots,
                     stats,
                 };

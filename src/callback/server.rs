@@ -1,0 +1,201 @@
+//! The callback server's transport: the worker threads, their accept loops,
+//! HTTP/1.1 connections, and the routing of a request to `on_call` (or to
+//! a 403, 404, 405 or 413).
+//!
+//! Each worker thread runs a single-threaded tokio runtime and accepts from
+//! the shared listener, so a connection, its calls and their handler
+//! connections all stay on one thread (see the module doc of `callback`
+//! for why). This is hyper's connection API with a plain function as the
+//! service, not axum: one route, known at compile time, on the hot path of
+//! every call. What a request gets is decided in `mod.rs`.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::runtime::Runtime;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::envelope::Envelope;
+use super::{Worker, limits};
+
+/// After an accept error (out of descriptors, mostly), the pause before
+/// the next accept, so the loop does not spin while nothing can be done.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
+
+pub type Answer = Response<Full<Bytes>>;
+
+/// A worker thread's life: serve connections from `listener` on `runtime`
+/// until `stop`, then let its open connections finish their calls.
+pub fn serve_on(
+    runtime: Runtime,
+    listener: std::net::TcpListener,
+    worker: Worker,
+    stop: CancellationToken,
+) {
+    runtime.block_on(async move {
+        let listener = match TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, "a callback worker cannot use the listener");
+                return;
+            }
+        };
+        let connections = TaskTracker::new();
+        loop {
+            let (stream, peer) = tokio::select! {
+                () = stop.cancelled() => break,
+                r = listener.accept() => match r {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot accept a callback connection");
+                        tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                        continue;
+                    }
+                },
+            };
+            // Answers are written whole, at once: no Nagle delay.
+            let _ = stream.set_nodelay(true);
+            let worker = worker.clone();
+            let stop = stop.clone();
+            connections.spawn(async move {
+                let service = service_fn(move |req| {
+                    let worker = worker.clone();
+                    async move { Ok::<_, Infallible>(route(&worker, peer, req).await) }
+                });
+                let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+                tokio::pin!(conn);
+                let r = tokio::select! {
+                    r = conn.as_mut() => r,
+                    () = stop.cancelled() => {
+                        // Finish the call in progress, then close.
+                        conn.as_mut().graceful_shutdown();
+                        conn.await
+                    }
+                };
+                if let Err(e) = r {
+                    tracing::debug!(%peer, error = %e, "a callback connection ended with an error");
+                }
+            });
+        }
+        drop(listener);
+        connections.close();
+        connections.wait().await;
+    });
+}
+
+/// Which answer a request gets.
+async fn route(worker: &Worker, peer: SocketAddr, req: Request<Incoming>) -> Answer {
+    let shared = &worker.shared;
+    if !limits::peer_allowed(peer) {
+        shared.rejections.count_forbidden();
+        tracing::warn!(%peer, "refused a callback from a non-loopback peer");
+        let mut res = Response::new(Full::from("only loopback peers may call the sidecar\n"));
+        *res.status_mut() = StatusCode::FORBIDDEN;
+        res.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        return res;
+    }
+    let Some((token, tool)) = call_path(req.uri().path()) else {
+        let e = Envelope::failure(
+            "NO_SUCH_ROUTE",
+            "the sidecar serves calls only at POST /cb/{token}/{tool}",
+        );
+        return answer(StatusCode::NOT_FOUND, &e);
+    };
+    if req.method() != Method::POST {
+        let e = Envelope::failure(
+            "NO_SUCH_ROUTE",
+            "the sidecar serves calls only at POST /cb/{token}/{tool}",
+        );
+        let mut res = answer(StatusCode::METHOD_NOT_ALLOWED, &e);
+        res.headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("POST"));
+        return res;
+    }
+    let (token, tool) = (token.to_string(), tool.to_string());
+    let limit = shared.max_body_bytes;
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let body = if declared.is_some_and(|n| n > limit as u64) {
+        // Not read at all: hyper closes the connection after the answer.
+        Err(BodyError::TooLarge)
+    } else {
+        match Limited::new(req.into_body(), limit).collect().await {
+            Ok(b) => Ok(b.to_bytes()),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
+            Err(e) => Err(BodyError::Unreadable(e.to_string())),
+        }
+    };
+    super::on_call(worker, &token, &tool, body).await
+}
+
+/// Why a call's body could not be had.
+pub enum BodyError {
+    TooLarge,
+    Unreadable(String),
+}
+
+/// `/cb/{token}/{tool}` → (token, tool); both non-empty, nothing more.
+fn call_path(path: &str) -> Option<(&str, &str)> {
+    let rest = path.strip_prefix("/cb/")?;
+    let (token, tool) = rest.split_once('/')?;
+    if token.is_empty() || tool.is_empty() || tool.contains('/') {
+        return None;
+    }
+    Some((token, tool))
+}
+
+/// A call's answer (always HTTP 200).
+pub fn reply(r: super::envelope::Reply) -> Answer {
+    let mut res = Response::new(Full::new(Bytes::from(r.into_bytes())));
+    res.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    res
+}
+
+/// An envelope as the HTTP answer.
+pub fn answer(status: StatusCode, e: &Envelope) -> Answer {
+    let mut res = Response::new(Full::new(Bytes::from(e.to_vec())));
+    *res.status_mut() = status;
+    res.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_two_non_empty_segments_after_cb_make_a_call_path() {
+        assert_eq!(call_path("/cb/abc/greet"), Some(("abc", "greet")));
+        assert_eq!(call_path("/cb/abc/a.b-c_d"), Some(("abc", "a.b-c_d")));
+        for bad in [
+            "/cb/abc",
+            "/cb/abc/",
+            "/cb//greet",
+            "/cb/abc/greet/x",
+            "/cbx/abc/greet",
+            "/",
+            "",
+        ] {
+            assert_eq!(call_path(bad), None, "{bad}");
+        }
+    }
+}
