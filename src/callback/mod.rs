@@ -66,6 +66,7 @@ pub mod stats;
 pub mod validate;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -168,6 +169,9 @@ struct Shared {
     stop_accepting: CancellationToken,
     /// For the 413 message.
     max_body_bytes: usize,
+    /// Open connections per worker thread, to spread long-lived
+    /// connections evenly (see `server`).
+    open_connections: Vec<AtomicUsize>,
 }
 
 impl Shared {
@@ -193,6 +197,7 @@ impl CallbackServer {
     ) -> Result<CallbackHandle, CallbackError> {
         let addr = listener.local_addr().map_err(CallbackError::LocalAddr)?;
         let token = new_token()?;
+        let workers = worker_count();
         let shared = Arc::new(Shared {
             token,
             routes: RwLock::new(Arc::new(RouteTable::default())),
@@ -200,18 +205,20 @@ impl CallbackServer {
             hard_stop: CancellationToken::new(),
             tasks: TaskTracker::new(),
             stop_accepting: shutdown.child_token(),
+            open_connections: (0..workers).map(|_| AtomicUsize::new(0)).collect(),
             max_body_bytes: settings.max_body_bytes,
         });
         // Everything that can fail is made here, so a failure is the
         // caller's error and not a thread's.
         let listener = listener.into_std().map_err(CallbackError::Workers)?;
-        let mut workers = Vec::new();
-        for _ in 0..worker_count() {
+        let mut threads = Vec::new();
+        for index in 0..workers {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .map_err(CallbackError::Workers)?;
             let worker = Worker {
+                index,
                 shared: shared.clone(),
                 handlers: Arc::new(HandlerContext {
                     upstreams: Arc::default(),
@@ -222,11 +229,11 @@ impl CallbackServer {
                 }),
             };
             let listener = listener.try_clone().map_err(CallbackError::Workers)?;
-            workers.push((runtime, worker, listener));
+            threads.push((runtime, worker, listener));
         }
         drop(listener);
         let server = TaskTracker::new();
-        for (i, (runtime, worker, listener)) in workers.into_iter().enumerate() {
+        for (i, (runtime, worker, listener)) in threads.into_iter().enumerate() {
             let running = server.token();
             let stop = shared.stop_accepting.clone();
             std::thread::Builder::new()
@@ -255,6 +262,8 @@ impl CallbackServer {
 /// One worker thread's view: the shared state and its own handler clients.
 #[derive(Debug, Clone)]
 pub(crate) struct Worker {
+    /// This worker's place in `Shared::open_connections`.
+    index: usize,
     shared: Arc<Shared>,
     handlers: Arc<HandlerContext>,
 }
@@ -361,7 +370,9 @@ async fn on_call(
     body: Result<Bytes, BodyError>,
 ) -> Answer {
     let arrived = Instant::now();
-    let Worker { shared, handlers } = worker;
+    let Worker {
+        shared, handlers, ..
+    } = worker;
     let body = match body {
         Ok(b) => b,
         Err(BodyError::TooLarge) => {
