@@ -110,6 +110,81 @@ async fn a_body_over_the_limit_gets_413() {
     assert_eq!(sc.handle.stats().rejections.body_too_large, 1);
 }
 
+/// Sends `head` and then each of `pieces` as its own chunk of a chunked
+/// body, over a raw connection, and returns the status and the body read.
+async fn post_chunked(url: &str, pieces: &[&[u8]]) -> (u16, serde_json::Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (addr, path) = rest.split_at(rest.find('/').unwrap());
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    for p in pieces {
+        s.write_all(format!("{:x}\r\n", p.len()).as_bytes())
+            .await
+            .unwrap();
+        s.write_all(p).await.unwrap();
+        s.write_all(b"\r\n").await.unwrap();
+        s.flush().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The server may answer (413) and close before the last chunk.
+    let _ = s.write_all(b"0\r\n\r\n").await;
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer).await;
+    let text = String::from_utf8_lossy(&answer);
+    let status: u16 = text[9..12].parse().unwrap();
+    let body = text.split_once("\r\n\r\n").unwrap().1;
+    // The answer itself may be chunked: take the JSON object inside.
+    let json = &body[body.find('{').unwrap()..=body.rfind('}').unwrap()];
+    (status, serde_json::from_str(json).unwrap())
+}
+
+#[tokio::test]
+async fn a_body_in_many_chunks_is_read_whole() {
+    let (_d, sc) = echo_sidecar().await;
+    let body = call_body("echo", json!({"word": "chunked"})).to_string();
+    let bytes = body.as_bytes();
+    let pieces: Vec<&[u8]> = bytes.chunks(7).collect();
+    let (status, answer) = post_chunked(&sc.handle.url_for("echo"), &pieces).await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["is_error"], false, "{answer}");
+    // `cat` echoes the body: the handler got it whole.
+    assert_eq!(answer["output"]["arguments"]["word"], "chunked", "{answer}");
+}
+
+#[tokio::test]
+async fn a_chunked_body_over_the_limit_gets_413() {
+    let (_d, sc) = echo_sidecar().await;
+    let piece = vec![b' '; 16 * 1024];
+    let pieces: Vec<&[u8]> = (0..5).map(|_| piece.as_slice()).collect();
+    let (status, answer) = post_chunked(&sc.handle.url_for("echo"), &pieces).await;
+    assert_eq!(status, 413);
+    assert_eq!(answer["is_error"], true);
+    assert_eq!(sc.handle.stats().rejections.body_too_large, 1);
+}
+
+#[tokio::test]
+async fn only_post_reaches_a_tool_and_other_paths_are_404() {
+    let (_d, sc) = echo_sidecar().await;
+    let url = sc.handle.url_for("echo");
+    let resp = sc.client.get(&url).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 405);
+    assert_eq!(resp.headers()["allow"], "POST");
+    let resp = sc
+        .client
+        .post(format!("{}/elsewhere", sc.handle.base_url()))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 404);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["output"]["code"], "NO_SUCH_ROUTE");
+}
+
 /// The address this machine uses to reach the outside, if it has one: no
 /// packet is sent (a UDP "connect" only picks a route).
 fn non_loopback_address() -> Option<std::net::IpAddr> {

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use hyper::server::conn::http1;
@@ -184,13 +184,39 @@ async fn route(worker: &Worker, peer: SocketAddr, req: Request<Incoming>) -> Ans
         // Not read at all: hyper closes the connection after the answer.
         Err(BodyError::TooLarge)
     } else {
-        match Limited::new(req.into_body(), limit).collect().await {
-            Ok(b) => Ok(b.to_bytes()),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
-            Err(e) => Err(BodyError::Unreadable(e.to_string())),
-        }
+        read_body(req.into_body(), limit).await
     };
     super::on_call(worker, &token, &tool, body).await
+}
+
+/// Reads a body of at most `limit` bytes. A body that came in one piece
+/// (the usual call) is that piece, not a copy.
+async fn read_body(mut body: Incoming, limit: usize) -> Result<Bytes, BodyError> {
+    let mut first: Option<Bytes> = None;
+    let mut rest: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| BodyError::Unreadable(e.to_string()))?;
+        let Ok(chunk) = frame.into_data() else {
+            continue; // trailers
+        };
+        let so_far = first.as_ref().map_or(0, Bytes::len) + rest.len();
+        if so_far + chunk.len() > limit {
+            return Err(BodyError::TooLarge);
+        }
+        match &first {
+            None if rest.is_empty() => first = Some(chunk),
+            _ => {
+                if let Some(f) = first.take() {
+                    rest.extend_from_slice(&f);
+                }
+                rest.extend_from_slice(&chunk);
+            }
+        }
+    }
+    Ok(match first {
+        Some(f) => f,
+        None => Bytes::from(rest),
+    })
 }
 
 /// Why a call's body could not be had.
