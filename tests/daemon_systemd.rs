@@ -210,3 +210,44 @@ async fn a_watchdog_meant_for_another_process_is_never_pinged() {
         m.log
     );
 }
+
+/// "retry in N s" out of a `STATUS=` line: the rest of the line and N.
+fn countdown(msg: &str) -> Option<(&str, u64)> {
+    let line = msg.strip_prefix("STATUS=")?.trim_end();
+    let (what, secs) = line.rsplit_once(", retry in ")?;
+    Some((what, secs.strip_suffix(" s")?.parse().ok()?))
+}
+
+/// While main_server is down the line counts down to the next attempt, so
+/// it is refreshed without any change of state. (The refresh is armed only
+/// then: an idle daemon keeps no status timer.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_countdown_is_refreshed_while_main_server_is_down() {
+    let h = dev_server().await;
+    h.stop_listener().await;
+    let ws = Workspace::new();
+    ws.write_tool("x.toml", &tool("alpha", "v1"));
+    let mut agent = ws.agent(&h.url());
+    // Full jitter: each wait is random in [0, 20 s]; most are long enough
+    // to count down.
+    agent.backoff_initial = "20s".into();
+    agent.backoff_max = "20s".into();
+    let config = ws.write_config(&agent);
+    let mut m = Manager::new();
+    // The watchdog is not ours: no pings among the lines.
+    let _sidecar = spawn_notified(&config, &m.path, Some(1));
+
+    let first = m
+        .until("a countdown of 3 s or more", |s| {
+            countdown(s).is_some_and(|(_, n)| n >= 3)
+        })
+        .await;
+    let (what, n) = countdown(&first).unwrap();
+    let next = m
+        .until("the next status line", |s| s.starts_with("STATUS="))
+        .await;
+    let (next_what, next_n) =
+        countdown(&next).unwrap_or_else(|| panic!("not a countdown: {next:?} after {first:?}"));
+    assert_eq!(next_what, what, "{:#?}", m.log);
+    assert!(next_n < n, "{:#?}", m.log);
+}

@@ -294,10 +294,7 @@ impl Supervisor {
     ) -> ShutdownReport {
         let mut status_rx = self.status.subscribe();
         let mut last_line = String::new();
-        // A status line can say "retry in N s": refresh it now and then even
-        // without a change, but only when it reads differently.
-        let mut refresh = tokio::time::interval(Duration::from_secs(1));
-        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut refresh_at = self.send_status(&mut last_line);
         loop {
             tokio::select! {
                 biased;
@@ -313,21 +310,34 @@ impl Supervisor {
                     // Nobody can ask for reloads any more; keep serving.
                     None => reloads = mpsc::channel(1).1,
                 },
-                _ = status_rx.changed() => self.send_status(&mut last_line),
-                _ = refresh.tick() => self.send_status(&mut last_line),
+                _ = status_rx.changed() => refresh_at = self.send_status(&mut last_line),
+                // The branch is off without a deadline; the fallback is
+                // never awaited.
+                () = tokio::time::sleep_until(refresh_at.unwrap_or_else(Instant::now)), if refresh_at.is_some() => {
+                    refresh_at = self.send_status(&mut last_line);
+                }
             }
         }
         self.shut_down(engine_task).await
     }
 
-    fn send_status(&self, last: &mut String) {
-        let line = status_line::summary(&self.status.snapshot(), SystemTime::now());
+    /// Sends the status line if it reads differently, and says when to
+    /// look again without a change: a second later while the line counts
+    /// down ("retry in 3 s"), otherwise never, so an idle daemon keeps no
+    /// timer here (and none at all without systemd listening).
+    fn send_status(&self, last: &mut String) -> Option<Instant> {
+        if !self.notifier.is_enabled() {
+            return None;
+        }
+        let snap = self.status.snapshot();
+        let line = status_line::summary(&snap, SystemTime::now());
         if *last != line {
             if let Err(e) = self.notifier.status(&line) {
                 tracing::debug!("{e}");
             }
             *last = line;
         }
+        status_line::counts_down(&snap).then(|| Instant::now() + Duration::from_secs(1))
     }
 
     /// SIGHUP: manifests are re-read and applied; the agent config is

@@ -55,6 +55,12 @@ pub fn summary(snap: &StatusSnapshot, now: SystemTime) -> String {
     line
 }
 
+/// Whether the summary changes with time alone (a "retry in N s"
+/// countdown); every other part changes only with the snapshot.
+pub fn counts_down(snap: &StatusSnapshot) -> bool {
+    snap.main_server.reachable == Some(false) && snap.main_server.next_attempt_at.is_some()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,6 +82,7 @@ mod tests {
         snap.tools.insert("a".into(), tool(ToolState::Registered));
         snap.tools.insert("b".into(), tool(ToolState::Registered));
         assert_eq!(summary(&snap, SystemTime::now()), "2/2 tools registered");
+        assert!(!counts_down(&snap), "nothing here changes with time");
         snap.tools.insert(
             "c".into(),
             tool(ToolState::Conflict {
@@ -106,6 +113,11 @@ mod tests {
         assert_eq!(
             summary(&snap, now),
             "main_server unreachable (4 failed attempts), retry in 3 s"
+        );
+        assert!(counts_down(&snap));
+        assert_eq!(
+            summary(&snap, now + Duration::from_millis(1000)),
+            "main_server unreachable (4 failed attempts), retry in 2 s"
         );
     }
 }

@@ -1,14 +1,20 @@
 //! File-system events on the manifest directories, reduced to one bit:
-//! "something relevant happened, rescan".
+//! "something relevant happened", and the debounce that turns a burst of
+//! such bits into one rescan.
 //!
 //! The directories are watched, not the files, and not recursively: an
 //! editor's rename-over or a ConfigMap's `..data` symlink swap replaces the
-//! file (or the link under it), which a file watch would lose. Events are
-//! debounced (notify-debouncer-full), so a burst of writes becomes one
-//! rescan. A directory that is deleted and re-created is watched again when
-//! `refresh` sees a new inode (the reloader calls it after every rescan,
-//! periodic ones included). This module never reads manifests; which files
-//! count is the scanner's business, so events only need to be a superset.
+//! file (or the link under it), which a file watch would lose. A directory
+//! that is deleted and re-created is watched again when `refresh` sees a new
+//! inode (the reloader calls it after every rescan, periodic ones included).
+//! This module never reads manifests; which files count is the scanner's
+//! business, so events only need to be a superset.
+//!
+//! Nothing here runs while nothing happens: notify's inotify thread blocks
+//! until the kernel has an event, and [`Debounce`] is a deadline the
+//! reloader sleeps until, not a timer that ticks. (notify-debouncer-full,
+//! used before, woke every quarter of the debounce to look for expired
+//! events, which was most of an idle daemon's CPU time.)
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt as _;
@@ -16,10 +22,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::RecursiveMode;
 use notify::event::{AccessKind, AccessMode, EventKind};
-use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
+use notify::{RecursiveMode, Watcher as _};
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// Whether a changed directory entry can matter to a rescan. Editor swap
 /// and backup files change often and never matter; everything else might
@@ -52,7 +58,7 @@ pub fn is_change(kind: &EventKind) -> bool {
 
 /// The watches on the manifest directories.
 pub struct DirWatch {
-    debouncer: Debouncer<notify::RecommendedWatcher, RecommendedCache>,
+    watcher: notify::RecommendedWatcher,
     dirs: Vec<PathBuf>,
     /// The (device, inode) each directory had when it was watched: a new
     /// inode at the same path is a re-created directory, whose old watch
@@ -70,14 +76,17 @@ impl std::fmt::Debug for DirWatch {
 }
 
 impl DirWatch {
-    /// Starts the debouncer; every relevant event (and every watcher error,
-    /// since an error may mean lost events) wakes `dirty`.
-    pub fn new(dirs: &[PathBuf], debounce: Duration, dirty: Arc<Notify>) -> notify::Result<Self> {
+    /// Starts the watcher; every relevant event (and every watcher error,
+    /// since an error may mean lost events) wakes `dirty`, at once: the
+    /// debounce is the reloader's ([`Debounce`]). A `Notify` rather than a
+    /// queue, because only "something happened" matters: a burst of
+    /// thousands of events leaves one stored wake-up, not thousands.
+    pub fn new(dirs: &[PathBuf], dirty: Arc<Notify>) -> notify::Result<Self> {
         let roots: Vec<PathBuf> = dirs.to_vec();
-        let handler = move |result: DebounceEventResult| {
+        let handler = move |result: notify::Result<notify::Event>| {
             let relevant = match result {
                 // `is_change` leaves out the rescan's own reads.
-                Ok(events) => events.iter().any(|e| {
+                Ok(e) => {
                     e.need_rescan()
                         || is_change(&e.kind)
                             && e.paths.iter().any(|p| {
@@ -86,11 +95,9 @@ impl DirWatch {
                                         .and_then(|n| n.to_str())
                                         .is_none_or(is_rescan_trigger)
                             })
-                }),
-                Err(errors) => {
-                    for e in errors {
-                        tracing::warn!("manifest directory watch: {e}; rescanning");
-                    }
+                }
+                Err(e) => {
+                    tracing::warn!("manifest directory watch: {e}; rescanning");
                     true
                 }
             };
@@ -98,9 +105,9 @@ impl DirWatch {
                 dirty.notify_one();
             }
         };
-        let debouncer = new_debouncer(debounce, None, handler)?;
+        let watcher = notify::recommended_watcher(handler)?;
         let mut watch = Self {
-            debouncer,
+            watcher,
             dirs: dirs.to_vec(),
             watched: HashMap::new(),
         };
@@ -123,7 +130,7 @@ impl DirWatch {
             if known.is_some() {
                 // The kernel dropped the old watch with the directory;
                 // notify may or may not know yet, so an error is expected.
-                let _ = self.debouncer.unwatch(dir);
+                let _ = self.watcher.unwatch(dir);
                 self.watched.remove(dir);
             }
             let Some(id) = id else {
@@ -133,7 +140,7 @@ impl DirWatch {
                 );
                 continue;
             };
-            match self.debouncer.watch(dir, RecursiveMode::NonRecursive) {
+            match self.watcher.watch(dir, RecursiveMode::NonRecursive) {
                 Ok(()) => {
                     if known.is_some() {
                         tracing::info!(
@@ -149,6 +156,49 @@ impl DirWatch {
                 ),
             }
         }
+    }
+}
+
+/// When a burst of events is due for its rescan: `debounce` after its last
+/// event, so an editor's writes, or a ConfigMap swap, make one rescan after
+/// they end; but never later than [`Debounce::MAX_DELAY_PERIODS`] periods
+/// after its first event, so a file rewritten without pause is still picked
+/// up. Pure (the caller passes the time), so the rule is tested without
+/// waiting.
+#[derive(Debug, Clone, Copy)]
+pub struct Debounce {
+    period: Duration,
+    /// The first event of the burst not yet rescanned, and when it is due.
+    pending: Option<(Instant, Instant)>,
+}
+
+impl Debounce {
+    /// A burst is rescanned at most this many debounce periods after its
+    /// first event, however long it goes on.
+    pub const MAX_DELAY_PERIODS: u32 = 10;
+
+    pub fn new(period: Duration) -> Self {
+        Self {
+            period,
+            pending: None,
+        }
+    }
+
+    /// An event at `now`: the rescan moves to a period later (within the cap).
+    pub fn event(&mut self, now: Instant) {
+        let first = self.pending.map_or(now, |(first, _)| first);
+        let due = (now + self.period).min(first + self.period * Self::MAX_DELAY_PERIODS);
+        self.pending = Some((first, due));
+    }
+
+    /// When the pending burst is due, if there is one.
+    pub fn due(&self) -> Option<Instant> {
+        self.pending.map(|(_, due)| due)
+    }
+
+    /// A rescan started: it reads everything the pending events changed.
+    pub fn clear(&mut self) {
+        self.pending = None;
     }
 }
 
@@ -203,5 +253,33 @@ mod tests {
         ] {
             assert!(is_change(&yes), "{yes:?}");
         }
+    }
+
+    #[test]
+    fn each_event_moves_the_rescan_a_period_later() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut d = Debounce::new(ms(200));
+        assert_eq!(d.due(), None);
+        d.event(t0);
+        assert_eq!(d.due(), Some(t0 + ms(200)));
+        d.event(t0 + ms(150));
+        assert_eq!(d.due(), Some(t0 + ms(350)));
+        d.clear();
+        assert_eq!(d.due(), None);
+        // After a rescan, a new burst counts from its own first event.
+        d.event(t0 + ms(5000));
+        assert_eq!(d.due(), Some(t0 + ms(5200)));
+    }
+
+    #[test]
+    fn a_burst_that_never_pauses_is_rescanned_after_ten_periods() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut d = Debounce::new(ms(200));
+        for i in 0..100 {
+            d.event(t0 + ms(100 * i));
+        }
+        assert_eq!(d.due(), Some(t0 + ms(2000)));
     }
 }

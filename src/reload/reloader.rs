@@ -2,8 +2,10 @@
 //! every `rescan_interval` as a safety net for lost events, and on demand
 //! (SIGHUP), and publishes the desired state only when it really changed.
 //!
-//! It owns the `ManifestSet` and the directory watch; consumers get watch
-//! channels and a handle. Rescans do blocking file I/O and schema
+//! It owns the `ManifestSet`, the directory watch and the debounce of its
+//! events; consumers get watch channels and a handle. While nothing happens
+//! it sleeps: its only timers are the rescan interval and, after an event,
+//! the debounce deadline. Rescans do blocking file I/O and schema
 //! compilation, so they run on tokio's blocking pool. This task never
 //! registers anything and never decides whether the daemon may start; the
 //! daemon does the first load itself (`ManifestSet::rescan`) and judges it.
@@ -14,7 +16,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::dir_watch::DirWatch;
+use super::dir_watch::{Debounce, DirWatch};
 use super::manifest_set::{ManifestSet, Rescan};
 use super::status::ReloadStatus;
 use crate::desired::DesiredState;
@@ -53,7 +55,7 @@ impl ReloadSettings {
     pub const DEFAULT_RESCAN_INTERVAL: Duration = Duration::from_secs(30);
 
     pub fn new(debounce: Duration, rescan_interval: Duration) -> Result<Self, SettingsError> {
-        // The debouncer ticks at a quarter of the debounce: zero would spin.
+        // Zero would rescan at every single event of a burst.
         if !(Duration::from_millis(1)..=Duration::from_secs(60)).contains(&debounce) {
             return Err(SettingsError::Debounce(debounce));
         }
@@ -105,7 +107,7 @@ pub struct Reloader {
     desired: watch::Sender<Arc<DesiredState>>,
     status: watch::Sender<Arc<ReloadStatus>>,
     force: mpsc::Receiver<ForceRequest>,
-    /// Woken by relevant file-system events.
+    /// Woken by relevant file-system events (not debounced yet).
     dirty: Arc<Notify>,
     /// `None` with events off, or when watching failed (then only the
     /// periodic rescan sees changes).
@@ -132,7 +134,7 @@ impl Reloader {
         let (force_tx, force_rx) = mpsc::channel(8);
         let dirty = Arc::new(Notify::new());
         let dir_watch = if settings.watch_events {
-            match DirWatch::new(&set.source().dirs, settings.debounce, Arc::clone(&dirty)) {
+            match DirWatch::new(&set.source().dirs, Arc::clone(&dirty)) {
                 Ok(w) => Some(w),
                 Err(e) => {
                     tracing::warn!(
@@ -174,27 +176,46 @@ impl Reloader {
             dirty,
             mut dir_watch,
         } = self;
-        // The startup rescan: whatever changed since the set was loaded.
-        dirty.notify_one();
+        let mut debounce = Debounce::new(settings.debounce);
+        // The startup rescan, at once: whatever changed since the set was
+        // loaded.
+        let mut startup = true;
         let first = tokio::time::Instant::now() + settings.rescan_interval;
         let mut ticks = tokio::time::interval_at(first, settings.rescan_interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut force_open = true;
         loop {
-            let reply = tokio::select! {
-                biased;
-                () = shutdown.cancelled() => break,
-                req = force.recv(), if force_open => match req {
-                    Some(reply) => Some(reply),
-                    // Every handle is gone: only events and ticks remain.
-                    None => {
-                        force_open = false;
+            let due = debounce.due();
+            let reply = if std::mem::take(&mut startup) {
+                None
+            } else {
+                tokio::select! {
+                    biased;
+                    () = shutdown.cancelled() => break,
+                    req = force.recv(), if force_open => match req {
+                        Some(reply) => Some(reply),
+                        // Every handle is gone: only events and ticks remain.
+                        None => {
+                            force_open = false;
+                            continue;
+                        }
+                    },
+                    // Before new events: a burst that never pauses must
+                    // still reach its (capped) deadline. Without a deadline
+                    // the branch is off and the fallback never awaited.
+                    () = tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)), if due.is_some() => None,
+                    // An event only moves the deadline; the rescan waits for
+                    // the burst to end.
+                    () = dirty.notified() => {
+                        debounce.event(tokio::time::Instant::now());
                         continue;
                     }
-                },
-                () = dirty.notified() => None,
-                _ = ticks.tick() => None,
+                    _ = ticks.tick() => None,
+                }
             };
+            // Whatever started this rescan, it reads every change the
+            // pending events announced; events during it wake `dirty` again.
+            debounce.clear();
             let forced = reply.is_some();
             let joined = tokio::task::spawn_blocking(move || {
                 let r = set.rescan(forced);
