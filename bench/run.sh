@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Regenerates every figure of BENCHMARKS.md on this machine.
 #
-#   bench/run.sh            # the full run (about 10 minutes after the build)
+#   bench/run.sh            # the full run (about 7.5 minutes after the build)
 #   BENCH_QUICK=1 bench/run.sh   # a smoke run: short and few rounds (figures not for publishing)
 #
 # It installs its Debian peers (nginx, webhook, wrk, curl, jq) when they are
 # missing, builds the release binary and the bench examples, records the
-# machine, runs the seven benchmarks, writes bench/results/latest.md (and the
+# machine, runs the nine benchmarks, writes bench/results/latest.md (and the
 # raw outputs under bench/results/raw/), and rewrites the marked section of
 # BENCHMARKS.md with it. Every figure is a median (or a count) shown next to a
 # baseline measured in the same run, because the machine may be shared.
@@ -16,7 +16,8 @@
 #
 # Knobs (environment): BENCH_DURATION (wrk seconds per run, default 5),
 # BENCH_ROUNDS (interleaved wrk rounds, default 3), BENCH_RESTARTS (20),
-# BENCH_EDITS (20), BENCH_STOPS (10), BENCH_SKIP_BUILD=1, BENCH_QUICK=1,
+# BENCH_EDITS (20), BENCH_STOPS (10), BENCH_SOAK_CALLS (100000),
+# BENCH_IDLE_SECS (120), BENCH_SKIP_BUILD=1, BENCH_QUICK=1,
 # BENCH_ONLY="1 3" (run only those benchmarks; 1 and 2 run together; the
 # result goes to bench/results/partial/, BENCHMARKS.md is left alone).
 set -euo pipefail
@@ -28,14 +29,21 @@ QUICK=${BENCH_QUICK:-0}
 if [ "$QUICK" = 1 ]; then
     DUR=${BENCH_DURATION:-1}; ROUNDS=${BENCH_ROUNDS:-1}
     RESTARTS=${BENCH_RESTARTS:-3}; EDITS=${BENCH_EDITS:-3}; STOPS=${BENCH_STOPS:-2}
+    SOAK_CALLS=${BENCH_SOAK_CALLS:-20000}; IDLE_SECS=${BENCH_IDLE_SECS:-5}; IDLE_SETTLE=5
 else
     DUR=${BENCH_DURATION:-5}; ROUNDS=${BENCH_ROUNDS:-3}
     RESTARTS=${BENCH_RESTARTS:-20}; EDITS=${BENCH_EDITS:-20}; STOPS=${BENCH_STOPS:-10}
+    SOAK_CALLS=${BENCH_SOAK_CALLS:-100000}; IDLE_SECS=${BENCH_IDLE_SECS:-120}; IDLE_SETTLE=30
 fi
 POLL_MS=1000       # the daemon's poll interval in benchmark 5
 DEBOUNCE_MS=200    # the daemon's debounce in benchmark 6 (its default)
 SLOW_MS=1000       # the slow handler's sleep in benchmark 3
 BURST=1000         # simultaneous calls in benchmark 3
+SOAK_WARM=$((SOAK_CALLS / 5))  # benchmark 8: RSS growth counts after the first fifth
+IDLE_RSS_GOAL_MIB=10           # benchmark 9 (issue 8): "under 10 MiB"
+# Benchmark 9, "effectively zero" CPU: below 0.05 % of one core (1.8 s an
+# hour), which top(1) shows as 0.0 %.
+IDLE_CPU_GOAL_PCT=0.05
 
 RES=$ROOT/bench/results
 # A partial run (BENCH_ONLY) keeps its figures apart from the full run's.
@@ -136,9 +144,9 @@ build() {
         cargo build --release --quiet --bin neko-sidecar \
             --example bench_handler --example bench_burst --example bench_registry \
             --example bench_restart --example bench_edit --example bench_sigterm \
-            --example engine_restart_bench
+            --example engine_restart_bench --example soak_calls
     fi
-    for b in "$BIN" "$EX"/bench_{handler,burst,registry,restart,edit,sigterm} "$EX/engine_restart_bench"; do
+    for b in "$BIN" "$EX"/bench_{handler,burst,registry,restart,edit,sigterm} "$EX/engine_restart_bench" "$EX/soak_calls"; do
         [ -x "$b" ] || die "$b is missing: build first"
     done
 }
@@ -670,6 +678,103 @@ Exited with status 0: $(kv "$f" clean_exits) of $(kv "$f" runs); tools already g
 EOF
 }
 
+# ------------------------------------------------ 8. sustained calls ---
+bench_soak_calls() {
+    log "8: $SOAK_CALLS calls at concurrency 64"
+    SOAK_CALLS=$SOAK_CALLS SOAK_CONCURRENCY=64 SOAK_WARM_CALLS=$SOAK_WARM \
+        timeout 600 "$EX/soak_calls" calls >"$RAW/soak_calls.txt"
+}
+
+report_soak_calls() {
+    local f=$RAW/soak_calls.txt
+    local n err warm end growth ratio flat
+    n=$(kv "$f" calls); err=$(kv "$f" errors)
+    warm=$(kv "$f" warm_rss_kb); end=$(kv "$f" end_sampled_rss_kb); growth=$(kv "$f" growth_kb)
+    ratio=$(calc "$end/$warm" 3)
+    # A leak grows with the number of calls; the allocator's working set
+    # does not. "Flat": the last sample within 5 % of the one after warm-up.
+    flat=$(awk -v r="$ratio" -v e="$err" 'BEGIN { print (e == 0 && r <= 1.05) ? "met" : "**not met**" }')
+    SUMMARY+=("| 8. $n calls at concurrency 64 (issue 8) | zero errors, RSS flat after warm-up | $err errors; RSS $(calc "$warm/1024" 1) MiB after $(kv "$f" warm_calls) calls, $(calc "$end/1024" 1) MiB after $(kv "$f" end_calls) (growth $growth kB, ÷ warm $ratio) | $flat |")
+    cat <<EOF
+### 8. $n calls at concurrency 64 (issue 8)
+
+\`soak_calls calls\` starts the stand-in and \`neko-sidecar run\` with 4 tools
+whose http handler (in the example's own process) answers at once, then makes
+$n calls with main_server's body from 64 concurrent callers on a pooled
+client, and checks every answer (the envelope and the echoed arguments). The
+daemon's RSS (\`/proc/PID/status\` VmRSS) is sampled every 5,000 calls; the
+baseline is the sample after the first fifth of the calls (the warm-up, while
+the allocator and the connection pools reach their working set), and "flat"
+is read as the last sample within 5 % of it: a leak grows with the calls.
+
+\`\`\`
+SOAK_CALLS=$n SOAK_CONCURRENCY=64 SOAK_WARM_CALLS=$SOAK_WARM target/release/examples/soak_calls calls
+\`\`\`
+
+| figure | baseline | at the end | ratio | goal |
+|---|---:|---:|---:|---|
+| calls answered correctly | — | $((n - err)) of $n | $(calc "($n - $err)/$n" 3) | $([ "$err" = 0 ] && echo met || echo "**not met**") (zero errors) |
+| daemon RSS | $(calc "$warm/1024" 1) MiB after $(kv "$f" warm_calls) calls | $(calc "$end/1024" 1) MiB after $(kv "$f" end_calls) calls (growth $growth kB) | $ratio | $flat (≤ 1.05) |
+| daemon RSS, anonymous / file-backed | $(calc "$(kv "$f" registered_anon_kb)/1024" 1) / $(calc "$(kv "$f" registered_file_kb)/1024" 1) MiB before the first call | $(calc "$(kv "$f" end_anon_kb)/1024" 1) / $(calc "$(kv "$f" end_file_kb)/1024" 1) MiB | | |
+| daemon peak RSS (VmHWM) | $(calc "$(kv "$f" registered_rss_kb)/1024" 1) MiB before the first call | $(calc "$(kv "$f" hwm_kb)/1024" 1) MiB | $(calc "$(kv "$f" hwm_kb)/$(kv "$f" registered_rss_kb)") | |
+| calls per second; daemon CPU per call | — | $(kv "$f" calls_per_s) /s over $(kv "$f" took_s) s; $(kv "$f" cpu_us_per_call) µs | | |
+| daemon threads, open descriptors | — | $(kv "$f" threads_end), $(kv "$f" fds_end) | | |
+
+RSS every 5,000 calls (calls: kB): $(kv "$f" rss_samples_kb | sed 's/,/, /g').
+
+EOF
+}
+
+# ------------------------------------------------ 9. idle ---
+bench_idle() {
+    log "9: idle with 100 tools: ${IDLE_SETTLE}s to settle, then ${IDLE_SECS}s measured"
+    SOAK_IDLE_SECS=$IDLE_SECS SOAK_IDLE_SETTLE_SECS=$IDLE_SETTLE \
+        timeout $((IDLE_SECS + IDLE_SETTLE + 120)) "$EX/soak_calls" idle >"$RAW/idle.txt"
+}
+
+report_idle() {
+    local f=$RAW/idle.txt
+    local rss pct hour res rss_ok cpu_ok
+    rss=$(kv "$f" end_rss_kb); pct=$(kv "$f" cpu_pct); hour=$(kv "$f" cpu_s_per_hour)
+    # One clock tick over the window, in s per hour: the resolution.
+    res=$(calc "3600 / $(kv "$f" clk_tck) / $(kv "$f" window_s)" 2)
+    rss_ok=$(awk -v x="$rss" -v lim="$IDLE_RSS_GOAL_MIB" 'BEGIN { print (x < lim * 1024) ? "met" : "**not met**" }')
+    cpu_ok=$(awk -v x="$pct" -v lim="$IDLE_CPU_GOAL_PCT" 'BEGIN { print (x < lim) ? "met" : "**not met**" }')
+    SUMMARY+=("| 9. idle, 100 tools: resident memory (issue 8) | under $IDLE_RSS_GOAL_MIB MiB | VmRSS $(calc "$rss/1024" 1) MiB (anonymous $(calc "$(kv "$f" end_anon_kb)/1024" 1), file-backed $(calc "$(kv "$f" end_file_kb)/1024" 1)) | $rss_ok |")
+    SUMMARY+=("| 9. idle, 100 tools: CPU (issue 8) | effectively zero (< $IDLE_CPU_GOAL_PCT % of one core) | $(calc "$pct" 3) % of one core, $(calc "$hour" 1) s per hour | $cpu_ok |")
+    cat <<EOF
+### 9. Idle with 100 tools (issue 8)
+
+\`soak_calls idle\` starts the stand-in and \`neko-sidecar run\` with 100 tools
+and the default intervals (poll 5 s, rescan 30 s, debounce 200 ms), waits
+until all are registered and then $(kv "$f" settle_s) s more, and measures over
+$(calc "$(kv "$f" window_s)" 0) s: the daemon's CPU time (utime + stime from
+\`/proc/PID/stat\`, counted in clock ticks: one tick over this window is
+$res s per hour) and its memory (\`/proc/PID/status\`: VmRSS, split into
+RssAnon, the heap and stacks, and RssFile, the pages of the executable and of
+the C library that it touched, shared with any other process mapping them).
+Idle, the daemon's only work is its job: one \`GET /api/tools\` per poll and
+a rescan of the manifests every 30 s. There is no baseline: nothing else does
+this job. Goals (issue 8): under $IDLE_RSS_GOAL_MIB MiB, and CPU "effectively
+zero", read here as under $IDLE_CPU_GOAL_PCT % of one core (1.8 s an hour),
+which \`top\` shows as 0.0 %CPU.
+
+\`\`\`
+SOAK_IDLE_SECS=$IDLE_SECS SOAK_IDLE_SETTLE_SECS=$IDLE_SETTLE target/release/examples/soak_calls idle
+\`\`\`
+
+| figure | at the start of the window | at the end | goal |
+|---|---:|---:|---|
+| VmRSS | $(calc "$(kv "$f" start_rss_kb)/1024" 1) MiB | $(calc "$rss/1024" 1) MiB (peak $(calc "$(kv "$f" hwm_kb)/1024" 1)) | $rss_ok (under $IDLE_RSS_GOAL_MIB MiB) |
+| of which anonymous (RssAnon) | $(calc "$(kv "$f" start_anon_kb)/1024" 1) MiB | $(calc "$(kv "$f" end_anon_kb)/1024" 1) MiB | |
+| of which file-backed (RssFile) | $(calc "$(kv "$f" start_file_kb)/1024" 1) MiB | $(calc "$(kv "$f" end_file_kb)/1024" 1) MiB | |
+| CPU over the window | — | $(kv "$f" cpu_s) s: $(calc "$pct" 3) % of one core, $(calc "$hour" 1) s per hour | $cpu_ok (under $IDLE_CPU_GOAL_PCT %) |
+| threads, open descriptors | — | $(kv "$f" threads), $(kv "$f" fds) | |
+| log lines during the window | — | $(kv "$f" log_lines_in_window) | |
+
+EOF
+}
+
 # ------------------------------------------------ main ---
 # want N: benchmark N is part of this run (BENCH_ONLY unset: all are).
 want() { [ -z "${BENCH_ONLY:-}" ] || [[ " $BENCH_ONLY " == *" $1 "* ]]; }
@@ -688,8 +793,10 @@ main() {
     want 5 && bench_restart
     want 6 && bench_edit
     want 7 && bench_sigterm
+    want 8 && bench_soak_calls
+    want 9 && bench_idle
     SUMMARY=()
-    rm -f "$WORK"/r[1-7]
+    rm -f "$WORK"/r[1-9]
     want 1 && report_http >"$WORK/r1"
     want 2 && report_exec >"$WORK/r2"
     want 3 && report_burst >"$WORK/r3"
@@ -697,6 +804,8 @@ main() {
     want 5 && report_restart >"$WORK/r5"
     want 6 && report_edit >"$WORK/r6"
     want 7 && report_sigterm >"$WORK/r7"
+    want 8 && report_soak_calls >"$WORK/r8"
+    want 9 && report_idle >"$WORK/r9"
     local took=$((SECONDS - t0))
     {
         echo "<!-- Written by bench/run.sh; do not edit by hand. -->"
@@ -715,7 +824,7 @@ main() {
         echo "|---|---|---|---|"
         printf '%s\n' "${SUMMARY[@]}"
         echo
-        cat "$WORK"/r[1-7]
+        cat "$WORK"/r[1-9]
     } >"$OUT"
     # Rewrite the marked section of BENCHMARKS.md.
     local doc=$ROOT/BENCHMARKS.md

@@ -12,13 +12,19 @@
 //! target/release/examples/soak_calls idle    # 100 tools, default 5 s poll, CPU over 300 s
 //! ```
 //!
-//! Knobs: `SOAK_CALLS` (100000), `SOAK_CONCURRENCY` (64), `SOAK_SLOW` (1000),
-//! `SOAK_IDLE_SECS` (300), `SOAK_IDLE_SETTLE_SECS` (30, before the idle
-//! window starts), `SOAK_NOFILE` (run the sidecar under this soft
+//! Knobs: `SOAK_CALLS` (100000), `SOAK_CONCURRENCY` (64), `SOAK_WARM_CALLS`
+//! (10000: RSS growth counts from the first sample, taken every 5,000
+//! calls, at or after it), `SOAK_SLOW` (1000), `SOAK_IDLE_SECS` (300),
+//! `SOAK_IDLE_SETTLE_SECS` (30, before the idle window starts),
+//! `SOAK_NOFILE` (run the sidecar under this soft
 //! descriptor limit, e.g. 1024 as systemd gives a service by default),
 //! `NEKO_SIDECAR_BIN` (default: `neko-sidecar` next to this example's
 //! directory). It owns no library code and asserts nothing the suite does
 //! not; it exits non-zero when a call goes wrong.
+//!
+//! Besides the lines for people (`calls: ...`), `calls` and `idle` print
+//! their figures as `key=value` lines, which `bench/run.sh` (benchmarks 8
+//! and 9) reads.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -89,6 +95,13 @@ fn rss(pid: u32) -> String {
         mib(proc_status(pid, "RssAnon")),
         mib(proc_status(pid, "RssFile"))
     )
+}
+
+/// `{what}_rss_kb`, `{what}_anon_kb` and `{what}_file_kb` lines.
+fn kv_rss(what: &str, pid: u32) {
+    println!("{what}_rss_kb={}", proc_status(pid, "VmRSS"));
+    println!("{what}_anon_kb={}", proc_status(pid, "RssAnon"));
+    println!("{what}_file_kb={}", proc_status(pid, "RssFile"));
 }
 
 /// A child process, stopped with SIGTERM (then SIGKILL) when dropped.
@@ -327,12 +340,18 @@ fn log_lines(path: &Path) -> usize {
 async fn scenario_calls(handler: &str) -> Result<()> {
     let total = env_num("SOAK_CALLS", 100_000);
     let concurrency = env_num("SOAK_CONCURRENCY", 64);
+    // RSS grows while the allocator and the connection pools reach their
+    // working set; growth is measured from here on.
+    let warm_calls = env_num("SOAK_WARM_CALLS", 10_000);
     let rig = rig(handler, "/echo", 4, 30, "5s").await?;
     let pid = rig.sidecar.pid();
     println!(
         "calls: {total} calls at concurrency {concurrency} to 4 tools; sidecar pid {pid}, RSS after registration {}",
         rss(pid)
     );
+    println!("calls={total}");
+    println!("concurrency={concurrency}");
+    kv_rss("registered", pid);
     let http = reqwest::Client::builder()
         .no_proxy()
         .pool_max_idle_per_host(concurrency as usize)
@@ -341,6 +360,7 @@ async fn scenario_calls(handler: &str) -> Result<()> {
     let errors = Arc::new(AtomicU64::new(0));
     let samples = Arc::new(std::sync::Mutex::new(Vec::<(u64, u64)>::new()));
     let urls = Arc::new(rig.urls.clone());
+    let cpu0 = cpu_ticks(pid);
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..concurrency {
@@ -374,11 +394,12 @@ async fn scenario_calls(handler: &str) -> Result<()> {
     }
     while tasks.join_next().await.is_some() {}
     let took = started.elapsed();
+    let cpu = (cpu_ticks(pid) - cpu0) as f64 / clock_ticks_per_second() as f64;
     let mut samples = samples.lock().unwrap().clone();
     samples.sort();
     let warm = samples
         .iter()
-        .find(|(n, _)| *n >= 10_000)
+        .find(|(n, _)| *n >= warm_calls)
         .or(samples.first())
         .copied()
         .unwrap_or((0, 0));
@@ -409,6 +430,29 @@ async fn scenario_calls(handler: &str) -> Result<()> {
         proc_status(pid, "Threads"),
         open_fds(pid),
         log_lines(&rig.log)
+    );
+    println!("errors={}", errors.load(Ordering::Relaxed));
+    println!("took_s={:.2}", took.as_secs_f64());
+    println!("calls_per_s={:.0}", total as f64 / took.as_secs_f64());
+    // The sidecar's own CPU per call: steadier than calls/s on a shared
+    // machine, where the caller and the handler compete for the same cores.
+    println!("cpu_us_per_call={:.1}", cpu * 1e6 / total as f64);
+    println!("warm_calls={}", warm.0);
+    println!("warm_rss_kb={}", warm.1);
+    println!("end_calls={}", end.0);
+    println!("end_sampled_rss_kb={}", end.1);
+    println!("growth_kb={}", end.1 as i64 - warm.1 as i64);
+    kv_rss("end", pid);
+    println!("hwm_kb={}", proc_status(pid, "VmHWM"));
+    println!("threads_end={}", proc_status(pid, "Threads"));
+    println!("fds_end={}", open_fds(pid));
+    println!(
+        "rss_samples_kb={}",
+        samples
+            .iter()
+            .map(|(n, r)| format!("{n}:{r}"))
+            .collect::<Vec<_>>()
+            .join(",")
     );
     if errors.load(Ordering::Relaxed) > 0 {
         bail!("some calls failed");
@@ -533,6 +577,10 @@ async fn scenario_idle(handler: &str) -> Result<()> {
     tokio::time::sleep(Duration::from_secs(settle)).await;
     let threads0 = thread_ticks(pid);
     let t0 = cpu_ticks(pid);
+    let lines0 = log_lines(&rig.log);
+    println!("idle_tools=100");
+    println!("settle_s={settle}");
+    kv_rss("start", pid);
     println!(
         "idle: 100 tools registered, {settle} s ago; RSS {} (VmHWM {}), threads {}, fds {}; CPU so far {:.2} s; measuring {secs} s",
         rss(pid),
@@ -544,7 +592,8 @@ async fn scenario_idle(handler: &str) -> Result<()> {
     let start = Instant::now();
     tokio::time::sleep(Duration::from_secs(secs)).await;
     let window = start.elapsed().as_secs_f64();
-    let used = (cpu_ticks(pid) - t0) as f64 / tck as f64;
+    let ticks = cpu_ticks(pid) - t0;
+    let used = ticks as f64 / tck as f64;
     println!(
         "idle: over {window:.0} s: CPU {used:.2} s ({:.3} % of one core, {:.1} s per hour); RSS {} at the end; log lines {}",
         used / window * 100.0,
@@ -552,6 +601,18 @@ async fn scenario_idle(handler: &str) -> Result<()> {
         rss(pid),
         log_lines(&rig.log)
     );
+    println!("window_s={window:.1}");
+    // utime + stime come in clock ticks: one tick is the resolution.
+    println!("cpu_ticks={ticks}");
+    println!("clk_tck={tck}");
+    println!("cpu_s={used:.2}");
+    println!("cpu_pct={:.4}", used / window * 100.0);
+    println!("cpu_s_per_hour={:.2}", used / window * 3600.0);
+    kv_rss("end", pid);
+    println!("hwm_kb={}", proc_status(pid, "VmHWM"));
+    println!("threads={}", proc_status(pid, "Threads"));
+    println!("fds={}", open_fds(pid));
+    println!("log_lines_in_window={}", log_lines(&rig.log) - lines0);
     let threads1 = thread_ticks(pid);
     println!(
         "idle: CPU by thread (s): {}",

@@ -3,7 +3,10 @@
 //!
 //! The periodic rescan compares these hashes to find changed files without
 //! trusting file-system events or timestamps (a ConfigMap swap or an `mv`
-//! keeps old mtimes). This module reads and hashes; it never validates a
+//! keeps old mtimes). Finding the schema files means parsing the manifest,
+//! so the list is remembered with a digest of the bytes it came from
+//! ([`SchemaInputs`]): rescanning an unchanged manifest reads and hashes it
+//! but parses nothing. This module reads and hashes; it never validates a
 //! manifest (a file that is not even TOML simply has no schema inputs).
 
 use std::fmt;
@@ -34,19 +37,37 @@ impl fmt::Debug for ContentHash {
 pub struct ReadManifest {
     pub bytes: Vec<u8>,
     pub hash: ContentHash,
+    /// To pass to the next `read` of the same file.
+    pub inputs: SchemaInputs,
+}
+
+/// The schema files that a manifest's bytes name, with the digest of those
+/// bytes: valid for as long as the manifest's bytes are the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaInputs {
+    digest: [u8; 32],
+    paths: Vec<PathBuf>,
 }
 
 /// Reads a manifest (following symlinks) and hashes it with its schema files.
 /// A schema file that cannot be read hashes as "missing", so its appearance
-/// later is a change.
-pub fn read(path: &Path) -> io::Result<ReadManifest> {
+/// later is a change. `known`, what the previous read of this file found,
+/// saves parsing the manifest again when its bytes have not changed.
+pub fn read(path: &Path, known: Option<&SchemaInputs>) -> io::Result<ReadManifest> {
     let bytes = std::fs::read(path)?;
+    let digest: [u8; 32] = Sha256::digest(&bytes).into();
+    let inputs = match known {
+        Some(k) if k.digest == digest => k.clone(),
+        _ => SchemaInputs {
+            digest,
+            paths: schema_inputs(path, &String::from_utf8_lossy(&bytes)),
+        },
+    };
     let mut h = Sha256::new();
     put(&mut h, &bytes);
-    let text = String::from_utf8_lossy(&bytes);
-    for input in schema_inputs(path, &text) {
+    for input in &inputs.paths {
         put(&mut h, input.as_os_str().as_encoded_bytes());
-        match std::fs::read(&input) {
+        match std::fs::read(input) {
             Ok(schema) => {
                 h.update([1]);
                 put(&mut h, &schema);
@@ -57,6 +78,7 @@ pub fn read(path: &Path) -> io::Result<ReadManifest> {
     Ok(ReadManifest {
         bytes,
         hash: ContentHash(h.finalize().into()),
+        inputs,
     })
 }
 
@@ -120,12 +142,38 @@ parameters_file = "schemas/a.json"
         let m = tmp.path().join("x.toml");
         let s = tmp.path().join("s.json");
         std::fs::write(&m, "[[tool]]\nparameters_file = \"s.json\"\n").unwrap();
-        let missing = read(&m).unwrap().hash;
+        let missing = read(&m, None).unwrap().hash;
         std::fs::write(&s, "{}").unwrap();
-        let first = read(&m).unwrap().hash;
+        let first = read(&m, None).unwrap().hash;
         assert_ne!(missing, first);
-        assert_eq!(read(&m).unwrap().hash, first);
+        assert_eq!(read(&m, None).unwrap().hash, first);
         std::fs::write(&s, "{\"type\":\"object\"}").unwrap();
-        assert_ne!(read(&m).unwrap().hash, first);
+        assert_ne!(read(&m, None).unwrap().hash, first);
+    }
+
+    #[test]
+    fn remembered_inputs_give_the_same_hash_and_go_stale_with_the_bytes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = tmp.path().join("x.toml");
+        let s = tmp.path().join("s.json");
+        let t = tmp.path().join("t.json");
+        std::fs::write(&s, "{}").unwrap();
+        std::fs::write(&t, "{\"type\":\"object\"}").unwrap();
+        std::fs::write(&m, "[[tool]]\nparameters_file = \"s.json\"\n").unwrap();
+        let first = read(&m, None).unwrap();
+        // Unchanged bytes: the remembered list serves, and a schema edit
+        // still shows.
+        let again = read(&m, Some(&first.inputs)).unwrap();
+        assert_eq!(again.hash, first.hash);
+        assert_eq!(again.inputs, first.inputs);
+        std::fs::write(&s, "{\"type\":\"object\"}").unwrap();
+        let edited = read(&m, Some(&first.inputs)).unwrap();
+        assert_ne!(edited.hash, first.hash);
+        assert_eq!(edited.hash, read(&m, None).unwrap().hash);
+        // New bytes naming another file: the remembered list is not used.
+        std::fs::write(&m, "[[tool]]\nparameters_file = \"t.json\"\n").unwrap();
+        let moved = read(&m, Some(&first.inputs)).unwrap();
+        assert_eq!(moved.inputs.paths, vec![t.clone()]);
+        assert_eq!(moved.hash, read(&m, None).unwrap().hash);
     }
 }

@@ -99,6 +99,9 @@ pub struct ManifestSet {
     directories: Vec<Diagnostic>,
     desired: Arc<DesiredState>,
     rescans: u64,
+    /// What the latest read of each listed file found its schema files to
+    /// be, so an unchanged file is hashed without being parsed.
+    inputs: BTreeMap<PathBuf, content::SchemaInputs>,
 }
 
 impl ManifestSet {
@@ -115,6 +118,7 @@ impl ManifestSet {
             directories: Vec::new(),
             desired,
             rescans: 0,
+            inputs: BTreeMap::new(),
         }
     }
 
@@ -171,6 +175,7 @@ impl ManifestSet {
             .filter(|(p, r)| !unreadable.contains(&r.dir) && !listed.iter().any(|(l, _)| l == *p))
             .map(|(p, _)| p.clone())
             .collect();
+        let removed = !gone.is_empty();
         for path in gone {
             if let Some(r) = self.files.remove(&path) {
                 out.notes.push(match r.good.len() {
@@ -203,12 +208,21 @@ impl ManifestSet {
                 );
             }
         }
-        self.order = order;
 
+        self.inputs
+            .retain(|p, _| listed.iter().any(|(l, _)| l == p));
         let candidates: Vec<Candidate> = listed
             .into_iter()
             .filter_map(|(path, dir)| self.read_if_changed(path, dir, force))
             .collect();
+        // The desired state is made of the files' good tools in scan order:
+        // with no file re-read or gone and the same order, it is the same,
+        // and the periodic rescan of an idle daemon stops here.
+        let same_files = candidates.is_empty() && !removed && self.order == order;
+        self.order = order;
+        if same_files {
+            return out;
+        }
         self.apply(candidates, force, now, &mut out);
 
         let next = self.assemble();
@@ -245,10 +259,11 @@ impl ManifestSet {
     /// already accepted. Files in error are always re-read: their validity
     /// can depend on the outside world (an exec handler's program appearing
     /// in PATH, a handler's working directory being created).
-    fn read_if_changed(&self, path: PathBuf, dir: usize, force: bool) -> Option<Candidate> {
-        let record = self.files.get(&path);
-        match content::read(&path) {
+    fn read_if_changed(&mut self, path: PathBuf, dir: usize, force: bool) -> Option<Candidate> {
+        match content::read(&path, self.inputs.get(&path)) {
             Ok(read) => {
+                self.inputs.insert(path.clone(), read.inputs);
+                let record = self.files.get(&path);
                 let unchanged =
                     record.is_some_and(|r| r.hash == Some(read.hash) && r.health == FileHealth::Ok);
                 if unchanged && !force {
