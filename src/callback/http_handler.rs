@@ -471,16 +471,21 @@ mod tests {
         (url, count)
     }
 
+    /// One call of `{}` to `e` through the pool `up`.
+    async fn call_once(
+        up: &Arc<Upstreams>,
+        e: &Result<Arc<Endpoint>, String>,
+    ) -> Result<Vec<u8>, HandlerError> {
+        call(up, e, Bytes::from_static(b"{}"), 1024).await
+    }
+
     #[tokio::test]
     async fn a_connection_serves_call_after_call() {
         use std::sync::atomic::Ordering;
         let (url, connections) = counting_server(false).await;
-        let e = Ok(Arc::new(endpoint(&url, None)));
-        let up = Arc::new(Upstreams::default());
+        let (e, up) = (Ok(Arc::new(endpoint(&url, None))), Arc::default());
         for _ in 0..5 {
-            let out = call(&up, &e, Bytes::from_static(b"{}"), 1024)
-                .await
-                .unwrap();
+            let out = call_once(&up, &e).await.unwrap();
             assert_eq!(out, br#"{"output":1,"is_error":false}"#);
         }
         assert_eq!(connections.load(Ordering::SeqCst), 1);
@@ -493,10 +498,9 @@ mod tests {
     async fn a_connection_the_handler_closed_meanwhile_is_replaced() {
         use std::sync::atomic::Ordering;
         let (url, connections) = counting_server(true).await;
-        let e = Ok(Arc::new(endpoint(&url, None)));
-        let up = Arc::new(Upstreams::default());
+        let (e, up) = (Ok(Arc::new(endpoint(&url, None))), Arc::default());
         for i in 0..20 {
-            let r = call(&up, &e, Bytes::from_static(b"{}"), 1024).await;
+            let r = call_once(&up, &e).await;
             assert!(r.is_ok(), "call {i}: {r:?}");
             // Sometimes the next call finds the closed connection pooled,
             // sometimes already gone: both must work.
@@ -512,9 +516,8 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/w", listener.local_addr().unwrap());
         drop(listener);
-        let e = Ok(Arc::new(endpoint(&url, None)));
-        let up = Arc::new(Upstreams::default());
-        let r = call(&up, &e, Bytes::from_static(b"{}"), 1024).await;
+        let (e, up) = (Ok(Arc::new(endpoint(&url, None))), Arc::default());
+        let r = call_once(&up, &e).await;
         assert!(matches!(r, Err(HandlerError::Unreachable { .. })), "{r:?}");
     }
 
