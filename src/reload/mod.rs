@@ -3,9 +3,9 @@
 //! `ManifestSet` holds every file's last good version and the desired state
 //! they make (`manifest_set`; `status` is its view for operators),
 //! `content` hashes what a manifest depends on, `dir_watch` turns
-//! file-system events into "rescan", and `Reloader` runs it all as one task
-//! that publishes the desired state on a watch channel when, and only when,
-//! it changes. Nothing here talks to main_server or serves calls; the
+//! file-system events into "rescan" and holds the debounce rule, and
+//! `Reloader` runs it all as one task that publishes the desired state on a
+//! watch channel when, and only when, it changes. Nothing here talks to main_server or serves calls; the
 //! engine and the callback server consume the channel.
 
 mod content;
