@@ -128,6 +128,8 @@ async fn post_chunked(url: &str, pieces: &[&[u8]]) -> (u16, serde_json::Value) {
         s.write_all(p).await.unwrap();
         s.write_all(b"\r\n").await.unwrap();
         s.flush().await.unwrap();
+        // Not synchronisation: a pause makes the pieces likely to arrive
+        // as separate reads; the assertions hold however they arrive.
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     // The server may answer (413) and close before the last chunk.

@@ -98,8 +98,9 @@ pub struct HandlerContext {
 #[derive(Debug, Clone)]
 pub struct Invocation<'a> {
     pub spec: &'a ToolSpec,
-    /// Worked out at reload for an http handler (see `routes`).
-    pub endpoint: Option<&'a Result<Arc<Endpoint>, String>>,
+    /// Worked out at reload for an http handler (see `routes`); `None`
+    /// for an exec handler.
+    pub endpoint: Option<&'a Result<Endpoint, String>>,
     pub call_id: &'a str,
     /// The callback body exactly as main_server sent it.
     pub body: Bytes,
@@ -111,14 +112,13 @@ pub struct Invocation<'a> {
 /// Runs the tool's handler for one call.
 pub async fn run(ctx: &HandlerContext, call: Invocation<'_>) -> Result<Vec<u8>, HandlerError> {
     match &call.spec.handler {
-        Handler::Http(h) => {
-            let made;
-            let endpoint = match call.endpoint {
-                Some(e) => e,
-                None => {
-                    made = Endpoint::new(h).map(Arc::new);
-                    &made
-                }
+        Handler::Http(_) => {
+            let Some(endpoint) = call.endpoint else {
+                return Err(HandlerError::Failed {
+                    detail:
+                        "the sidecar has no address for this http handler (a bug in the sidecar)"
+                            .into(),
+                });
             };
             let work =
                 http_handler::call(&ctx.upstreams, endpoint, call.body, ctx.max_output_bytes);

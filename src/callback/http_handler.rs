@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use hyper::body::{Body, Incoming};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
 use hyper::http::uri::PathAndQuery;
@@ -204,7 +204,7 @@ impl Upstreams {
 /// POSTs `body` to the endpoint and returns the 2xx answer's body.
 pub async fn call(
     upstreams: &Arc<Upstreams>,
-    endpoint: &Result<Arc<Endpoint>, String>,
+    endpoint: &Result<Endpoint, String>,
     body: Bytes,
     max_output_bytes: usize,
 ) -> Result<Vec<u8>, HandlerError> {
@@ -222,9 +222,9 @@ pub async fn call(
         // Only the start is quoted; a little more is read so a multi-byte
         // character at the cut is not lost. The rest is not read, so this
         // connection is not reused.
-        let start = read_bounded(&mut resp, STATUS_BODY_CHARS * 4)
+        let start = read_at_most(resp.body_mut(), STATUS_BODY_CHARS * 4)
             .await
-            .map_or_else(|_| Vec::new(), |(b, _)| b);
+            .map_or_else(|_| Bytes::new(), |(b, _)| b);
         let text: String = String::from_utf8_lossy(&start)
             .chars()
             .take(STATUS_BODY_CHARS)
@@ -235,19 +235,25 @@ pub async fn call(
             body_start: text.trim().to_string(),
         });
     }
-    if content_length(&resp).is_some_and(|n| n > max_output_bytes as u64) {
+    // `size_hint` is the Content-Length, when there is one.
+    if resp
+        .body()
+        .size_hint()
+        .exact()
+        .is_some_and(|n| n > max_output_bytes as u64)
+    {
         return Err(HandlerError::OutputTooLarge {
             limit: max_output_bytes,
         });
     }
-    match read_bounded(&mut resp, max_output_bytes).await {
+    match read_at_most(resp.body_mut(), max_output_bytes).await {
         Ok((b, false)) => {
             // The answer was read to its end: the connection may serve the
             // next call once hyper has seen that too.
             if sender.ready().await.is_ok() {
                 upstreams.give_back(e, sender);
             }
-            Ok(b)
+            Ok(b.into())
         }
         Ok((_, true)) => Err(HandlerError::OutputTooLarge {
             limit: max_output_bytes,
@@ -346,34 +352,40 @@ fn out_of_descriptors(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(24 | 23))
 }
 
-fn content_length(resp: &Response<Incoming>) -> Option<u64> {
-    resp.headers()
-        .get(hyper::header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .parse()
-        .ok()
-}
-
-/// Reads at most `limit` bytes; the flag says there was more.
-async fn read_bounded(
-    resp: &mut Response<Incoming>,
+/// Reads a body, at most `limit` bytes of it; the flag says there was more
+/// (what was read up to the limit is returned). A body that came in one
+/// piece (the usual call and answer) is that piece, not a copy. The server
+/// reads calls with it too.
+pub async fn read_at_most(
+    body: &mut Incoming,
     limit: usize,
-) -> Result<(Vec<u8>, bool), hyper::Error> {
-    let body = resp.body_mut();
-    let mut buf = Vec::new();
+) -> Result<(Bytes, bool), hyper::Error> {
+    let mut first: Option<Bytes> = None;
+    let mut rest: Vec<u8> = Vec::new();
     while let Some(frame) = body.frame().await {
         let Ok(chunk) = frame?.into_data() else {
             continue; // trailers
         };
-        if buf.len() + chunk.len() > limit {
-            let room = limit - buf.len();
-            buf.extend_from_slice(&chunk[..room]);
-            return Ok((buf, true));
+        let so_far = first.as_ref().map_or(0, Bytes::len) + rest.len();
+        let over = so_far + chunk.len() > limit;
+        let chunk = if over {
+            chunk.slice(..limit - so_far)
+        } else {
+            chunk
+        };
+        if first.is_none() && rest.is_empty() {
+            first = Some(chunk);
+        } else {
+            if let Some(f) = first.take() {
+                rest.extend_from_slice(&f);
+            }
+            rest.extend_from_slice(&chunk);
         }
-        buf.extend_from_slice(&chunk);
+        if over {
+            return Ok((first.unwrap_or_else(|| Bytes::from(rest)), true));
+        }
     }
-    Ok((buf, false))
+    Ok((first.unwrap_or_else(|| Bytes::from(rest)), false))
 }
 
 fn chain(e: &(dyn std::error::Error + 'static)) -> String {
@@ -474,7 +486,7 @@ mod tests {
     /// One call of `{}` to `e` through the pool `up`.
     async fn call_once(
         up: &Arc<Upstreams>,
-        e: &Result<Arc<Endpoint>, String>,
+        e: &Result<Endpoint, String>,
     ) -> Result<Vec<u8>, HandlerError> {
         call(up, e, Bytes::from_static(b"{}"), 1024).await
     }
@@ -483,7 +495,7 @@ mod tests {
     async fn a_connection_serves_call_after_call() {
         use std::sync::atomic::Ordering;
         let (url, connections) = counting_server(false).await;
-        let (e, up) = (Ok(Arc::new(endpoint(&url, None))), Arc::default());
+        let (e, up) = (Ok(endpoint(&url, None)), Arc::default());
         for _ in 0..5 {
             let out = call_once(&up, &e).await.unwrap();
             assert_eq!(out, br#"{"output":1,"is_error":false}"#);
@@ -498,7 +510,7 @@ mod tests {
     async fn a_connection_the_handler_closed_meanwhile_is_replaced() {
         use std::sync::atomic::Ordering;
         let (url, connections) = counting_server(true).await;
-        let (e, up) = (Ok(Arc::new(endpoint(&url, None))), Arc::default());
+        let (e, up) = (Ok(endpoint(&url, None)), Arc::default());
         for i in 0..20 {
             let r = call_once(&up, &e).await;
             assert!(r.is_ok(), "call {i}: {r:?}");
@@ -516,7 +528,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/w", listener.local_addr().unwrap());
         drop(listener);
-        let (e, up) = (Ok(Arc::new(endpoint(&url, None))), Arc::default());
+        let (e, up) = (Ok(endpoint(&url, None)), Arc::default());
         let r = call_once(&up, &e).await;
         assert!(matches!(r, Err(HandlerError::Unreachable { .. })), "{r:?}");
     }

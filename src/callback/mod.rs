@@ -233,11 +233,11 @@ impl CallbackServer {
         }
         drop(listener);
         let server = TaskTracker::new();
-        for (i, (runtime, worker, listener)) in threads.into_iter().enumerate() {
+        for (runtime, worker, listener) in threads {
             let running = server.token();
             let stop = shared.stop_accepting.clone();
             std::thread::Builder::new()
-                .name(format!("neko-callback-{i}"))
+                .name(format!("neko-callback-{}", worker.index))
                 .spawn(move || {
                     server::serve_on(runtime, listener, worker, stop);
                     drop(running);

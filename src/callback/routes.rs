@@ -21,7 +21,7 @@ use crate::manifest::{Handler, ToolSpec};
 pub struct Route {
     pub spec: Arc<ToolSpec>,
     /// An http handler's address, parsed here once rather than per call.
-    pub endpoint: Option<Result<Arc<Endpoint>, String>>,
+    pub endpoint: Option<Result<Endpoint, String>>,
     pub slots: Slots,
     pub stats: Arc<ToolStats>,
 }
@@ -58,7 +58,7 @@ impl RouteTable {
                 };
                 let stats = old.map_or_else(Default::default, |r| r.stats.clone());
                 let endpoint = match &tool.spec.handler {
-                    Handler::Http(h) => Some(Endpoint::new(h).map(Arc::new)),
+                    Handler::Http(h) => Some(Endpoint::new(h)),
                     Handler::Exec(_) => None,
                 };
                 let route = Route {

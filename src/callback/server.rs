@@ -23,9 +23,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
-use hyper::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use http_body_util::Full;
+use hyper::body::{Body, Incoming};
+use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -36,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::envelope::Envelope;
+use super::http_handler::read_at_most;
 use super::{Worker, limits};
 
 /// After an accept error (out of descriptors, mostly), the pause before
@@ -156,67 +157,34 @@ async fn route(worker: &Worker, peer: SocketAddr, req: Request<Incoming>) -> Ans
         );
         return res;
     }
-    let Some((token, tool)) = call_path(req.uri().path()) else {
+    let (parts, mut body) = req.into_parts();
+    let routed = call_path(parts.uri.path());
+    let Some((token, tool)) = routed.filter(|_| parts.method == Method::POST) else {
         let e = Envelope::failure(
             "NO_SUCH_ROUTE",
             "the sidecar serves calls only at POST /cb/{token}/{tool}",
         );
-        return answer(StatusCode::NOT_FOUND, &e);
-    };
-    if req.method() != Method::POST {
-        let e = Envelope::failure(
-            "NO_SUCH_ROUTE",
-            "the sidecar serves calls only at POST /cb/{token}/{tool}",
-        );
+        if routed.is_none() {
+            return answer(StatusCode::NOT_FOUND, &e);
+        }
         let mut res = answer(StatusCode::METHOD_NOT_ALLOWED, &e);
         res.headers_mut()
             .insert(ALLOW, HeaderValue::from_static("POST"));
         return res;
-    }
-    let (token, tool) = (token.to_string(), tool.to_string());
+    };
     let limit = shared.max_body_bytes;
-    let declared = req
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let body = if declared.is_some_and(|n| n > limit as u64) {
+    // `size_hint` is the Content-Length, when there is one.
+    let body = if body.size_hint().lower() > limit as u64 {
         // Not read at all: hyper closes the connection after the answer.
         Err(BodyError::TooLarge)
     } else {
-        read_body(req.into_body(), limit).await
+        match read_at_most(&mut body, limit).await {
+            Ok((b, false)) => Ok(b),
+            Ok((_, true)) => Err(BodyError::TooLarge),
+            Err(e) => Err(BodyError::Unreadable(e.to_string())),
+        }
     };
-    super::on_call(worker, &token, &tool, body).await
-}
-
-/// Reads a body of at most `limit` bytes. A body that came in one piece
-/// (the usual call) is that piece, not a copy.
-async fn read_body(mut body: Incoming, limit: usize) -> Result<Bytes, BodyError> {
-    let mut first: Option<Bytes> = None;
-    let mut rest: Vec<u8> = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| BodyError::Unreadable(e.to_string()))?;
-        let Ok(chunk) = frame.into_data() else {
-            continue; // trailers
-        };
-        let so_far = first.as_ref().map_or(0, Bytes::len) + rest.len();
-        if so_far + chunk.len() > limit {
-            return Err(BodyError::TooLarge);
-        }
-        match &first {
-            None if rest.is_empty() => first = Some(chunk),
-            _ => {
-                if let Some(f) = first.take() {
-                    rest.extend_from_slice(&f);
-                }
-                rest.extend_from_slice(&chunk);
-            }
-        }
-    }
-    Ok(match first {
-        Some(f) => f,
-        None => Bytes::from(rest),
-    })
+    super::on_call(worker, token, tool, body).await
 }
 
 /// Why a call's body could not be had.
@@ -237,15 +205,16 @@ fn call_path(path: &str) -> Option<(&str, &str)> {
 
 /// A call's answer (always HTTP 200).
 pub fn reply(r: super::envelope::Reply) -> Answer {
-    let mut res = Response::new(Full::new(Bytes::from(r.into_bytes())));
-    res.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    res
+    json(StatusCode::OK, r.into_bytes())
 }
 
 /// An envelope as the HTTP answer.
 pub fn answer(status: StatusCode, e: &Envelope) -> Answer {
-    let mut res = Response::new(Full::new(Bytes::from(e.to_vec())));
+    json(status, e.to_vec())
+}
+
+fn json(status: StatusCode, body: Vec<u8>) -> Answer {
+    let mut res = Response::new(Full::new(Bytes::from(body)));
     *res.status_mut() = status;
     res.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
