@@ -2,38 +2,40 @@
 //! endpoint over loopback TCP or a unix socket, and read its answer within
 //! `max_output_bytes`.
 //!
-//! This is a small HTTP/1.1 client of our own on hyper's connection API,
-//! not a general-purpose one (reqwest), because it is the hot path of every
-//! call (BENCHMARKS.md, benchmark 1): the handler's URL is parsed once per
-//! reload into an [`Endpoint`], not once per call; each callback worker
-//! thread keeps its own pool of keep-alive connections ([`Upstreams`]), so a
-//! call and its handler connection run on one thread with no hand-off
-//! between threads; and there is nothing to configure away: no proxy from
-//! the environment (a call never leaves the machine through `HTTP_PROXY`),
-//! no redirects, no cookies, no compression.
+//! This is a small HTTP/1.1 client of our own (framing in `h1`), not a
+//! general-purpose one (reqwest, hyper's client), because it is the hot path
+//! of every call (BENCHMARKS.md, benchmark 1): the handler's URL is parsed
+//! and the request head built once per reload into an [`Endpoint`]; each
+//! callback worker thread keeps its own pool of keep-alive connections
+//! ([`Upstreams`]), so a call and its handler connection run on one thread;
+//! a call writes its request in one write and reads the answer itself, with
+//! no connection task or channel in between; and there is nothing to
+//! configure away: no proxy from the environment (a call never leaves the
+//! machine through `HTTP_PROXY`), no redirects, no cookies, no compression.
 //!
-//! A request that a pooled connection could not even start to send (the
-//! handler closed the connection while it sat idle) is sent again once on a
-//! new connection; one that may have reached the handler never is, as a
-//! POST must not run twice. The deadline is the caller's business
-//! (`handler::run`): dropping the call closes its connection.
+//! A pooled connection the handler has closed while it sat idle is noticed
+//! before it is used (the runtime saw it become readable; a read then finds
+//! its end) and replaced. A request written to a connection is never sent
+//! again, as a POST must not run twice: a handler closing a kept-alive
+//! connection at the very moment a call is written to it fails that call.
+//! The deadline is the caller's business (`handler::run`): dropping the call
+//! closes its connection.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io::{self, IoSlice};
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::body::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Body, Incoming};
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
-use hyper::http::uri::PathAndQuery;
-use hyper::{Method, Request, Response, Uri};
-use hyper_util::rt::TokioIo;
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::time::Instant;
 
+use super::h1::{self, Framing, HeadError};
 use super::handler::HandlerError;
 use crate::manifest::HttpHandler;
 
@@ -44,6 +46,12 @@ pub const POOL_IDLE: Duration = Duration::from_secs(60);
 /// The most idle connections kept per endpoint and worker; more than the
 /// concurrency a tool sees in practice, fewer than the descriptor limit.
 const MAX_IDLE_PER_ENDPOINT: usize = 256;
+/// A body up to this size is copied behind the head and sent in one write;
+/// a larger one goes out from where it is, with a vectored write.
+const COPY_BODY_BYTES: usize = 16 * 1024;
+/// A connection's read buffer is given back to the allocator, rather than
+/// kept in the pool, once an answer has grown it past this.
+const KEEP_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Where and how to reach one http handler, worked out once per reload.
 #[derive(Debug)]
@@ -54,8 +62,8 @@ pub struct Endpoint {
     /// tools sharing a plugin share its connections.
     pool_key: String,
     connect: Connect,
-    path: PathAndQuery,
-    host: HeaderValue,
+    /// The request head up to the Content-Length value.
+    head: Vec<u8>,
 }
 
 #[derive(Debug, Clone)]
@@ -73,22 +81,37 @@ impl Endpoint {
             None => h.url.clone(),
         };
         let url = url::Url::parse(&h.url).map_err(|e| format!("{target}: not a URL: {e}"))?;
+        if url.scheme() != "http" {
+            return Err(format!("{target}: only http:// URLs can be called"));
+        }
         let host_str = url
             .host_str()
             .ok_or_else(|| format!("{target}: the URL has no host"))?;
         let port = url.port_or_known_default().unwrap_or(80);
         let host = match url.port() {
-            Some(p) => HeaderValue::from_str(&format!("{host_str}:{p}")),
-            None => HeaderValue::from_str(host_str),
-        }
-        .map_err(|e| format!("{target}: the host cannot be a Host header: {e}"))?;
+            Some(p) => format!("{host_str}:{p}"),
+            None => host_str.to_string(),
+        };
+        // `Url` percent-encodes the path and query, so they are one token of
+        // the request line; a control character would still break the head.
         let mut path = url.path().to_string();
         if let Some(q) = url.query() {
             path.push('?');
             path.push_str(q);
         }
-        let path = PathAndQuery::try_from(path)
-            .map_err(|e| format!("{target}: the path cannot be sent: {e}"))?;
+        if path
+            .bytes()
+            .chain(host.bytes())
+            .any(|b| b <= b' ' || b == 0x7f)
+        {
+            return Err(format!(
+                "{target}: the path or host cannot be sent in a request head"
+            ));
+        }
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\ncontent-length: "
+        )
+        .into_bytes();
         let (connect, pool_key) = match &h.unix_socket {
             Some(s) => (Connect::Unix(s.clone()), format!("unix:{}", s.display())),
             None => {
@@ -107,19 +130,141 @@ impl Endpoint {
             target,
             pool_key,
             connect,
-            path,
-            host,
+            head,
         })
     }
 
-    fn request(&self, body: Bytes) -> Request<Full<Bytes>> {
-        let mut req = Request::new(Full::new(body));
-        *req.method_mut() = Method::POST;
-        *req.uri_mut() = Uri::from(self.path.clone());
-        let headers = req.headers_mut();
-        headers.insert(HOST, self.host.clone());
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        req
+    /// The request carrying `body`: the head, with the body behind it when
+    /// it is small (one buffer, one write).
+    fn request(&self, body: &Bytes) -> Vec<u8> {
+        let small = body.len() <= COPY_BODY_BYTES;
+        let mut wire =
+            Vec::with_capacity(self.head.len() + 24 + if small { body.len() } else { 0 });
+        wire.extend_from_slice(&self.head);
+        h1::push_decimal(&mut wire, body.len());
+        wire.extend_from_slice(b"\r\n\r\n");
+        if small {
+            wire.extend_from_slice(body);
+        }
+        wire
+    }
+}
+
+/// A connection to a handler, TCP or unix.
+#[derive(Debug)]
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Self::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Self::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Self::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+impl Stream {
+    /// Whether an idle connection can carry a request: the handler has not
+    /// closed it, nor sent anything unasked. Costs a read only when the
+    /// runtime has seen the connection become readable since it was last
+    /// read to its end (usually, it has not).
+    fn still_open(&self, buf: &mut BytesMut) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let ready = match self {
+            Self::Tcp(s) => s.poll_read_ready(&mut cx),
+            Self::Unix(s) => s.poll_read_ready(&mut cx),
+        };
+        match ready {
+            Poll::Pending => true,
+            Poll::Ready(Err(_)) => false,
+            Poll::Ready(Ok(())) => {
+                buf.reserve(1);
+                let read = match self {
+                    Self::Tcp(s) => s.try_read_buf(buf),
+                    Self::Unix(s) => s.try_read_buf(buf),
+                };
+                matches!(read, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            }
+        }
+    }
+}
+
+/// A keep-alive connection and the bytes read from it, not yet used.
+#[derive(Debug)]
+struct Conn {
+    io: Stream,
+    buf: BytesMut,
+}
+
+/// A hasher for the pool keys (a few dozen bytes, ours): FNV-1a, as the
+/// default SipHash costs more than the rest of a checkout.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
     }
 }
 
@@ -131,7 +276,7 @@ pub struct Upstreams {
 
 #[derive(Debug, Default)]
 struct Pools {
-    idle: HashMap<String, Vec<Idle>>,
+    idle: HashMap<String, Vec<Idle>, BuildHasherDefault<Fnv>>,
     /// A task closing connections idle past `POOL_IDLE` runs while any
     /// connection is idle, and only then (no timer in an idle daemon).
     sweeping: bool,
@@ -139,35 +284,41 @@ struct Pools {
 
 #[derive(Debug)]
 struct Idle {
-    sender: SendRequest<Full<Bytes>>,
+    conn: Conn,
     since: Instant,
 }
 
 impl Upstreams {
     /// A live idle connection to `e`, most recently used first.
-    fn checkout(&self, e: &Endpoint) -> Option<SendRequest<Full<Bytes>>> {
+    fn checkout(&self, e: &Endpoint) -> Option<Conn> {
         let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
         let list = pools.idle.get_mut(&e.pool_key)?;
-        while let Some(c) = list.pop() {
-            if !c.sender.is_closed() && c.since.elapsed() < POOL_IDLE {
-                return Some(c.sender);
+        while let Some(mut c) = list.pop() {
+            if c.since.elapsed() < POOL_IDLE && c.conn.io.still_open(&mut c.conn.buf) {
+                return Some(c.conn);
             }
         }
         None
     }
 
     /// Keeps a connection whose answer was read in full for the next call.
-    fn give_back(self: &Arc<Self>, e: &Endpoint, sender: SendRequest<Full<Bytes>>) {
-        if sender.is_closed() {
-            return;
+    fn give_back(self: &Arc<Self>, e: &Endpoint, mut conn: Conn) {
+        if !conn.buf.is_empty() {
+            return; // more than the answer came: not a connection to trust
+        }
+        if conn.buf.capacity() > KEEP_BUFFER_BYTES {
+            conn.buf = BytesMut::new();
         }
         let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
-        let list = pools.idle.entry(e.pool_key.clone()).or_default();
+        let list = match pools.idle.get_mut(e.pool_key.as_str()) {
+            Some(l) => l,
+            None => pools.idle.entry(e.pool_key.clone()).or_default(),
+        };
         if list.len() >= MAX_IDLE_PER_ENDPOINT {
             return;
         }
         list.push(Idle {
-            sender,
+            conn,
             since: Instant::now(),
         });
         if !pools.sweeping {
@@ -177,13 +328,16 @@ impl Upstreams {
         }
     }
 
-    /// Closes (drops) connections idle past `POOL_IDLE`, until none is idle.
+    /// Closes (drops) connections idle past `POOL_IDLE`, or closed by their
+    /// handler, until none is idle.
     async fn sweep(self: Arc<Self>) {
         loop {
             tokio::time::sleep(POOL_IDLE / 2).await;
             let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
             for list in pools.idle.values_mut() {
-                list.retain(|c| !c.sender.is_closed() && c.since.elapsed() < POOL_IDLE);
+                list.retain_mut(|c| {
+                    c.since.elapsed() < POOL_IDLE && c.conn.io.still_open(&mut c.conn.buf)
+                });
             }
             pools.idle.retain(|_, list| !list.is_empty());
             if pools.idle.is_empty() {
@@ -201,6 +355,13 @@ impl Upstreams {
     }
 }
 
+/// The head of a handler's answer.
+struct Head {
+    status: u16,
+    framing: Framing,
+    close: bool,
+}
+
 /// POSTs `body` to the endpoint and returns the 2xx answer's body.
 pub async fn call(
     upstreams: &Arc<Upstreams>,
@@ -216,42 +377,49 @@ pub async fn call(
             });
         }
     };
-    let (mut sender, mut resp) = send(upstreams, e, body).await?;
-    let status = resp.status();
-    if !status.is_success() {
+    let wire = e.request(&body);
+    let rest: &[u8] = if body.len() <= COPY_BODY_BYTES {
+        &[] // the body is in `wire`
+    } else {
+        &body
+    };
+    let mut conn = send(upstreams, e, &wire, rest).await?;
+    let failed = |err: io::Error| HandlerError::Failed {
+        detail: format!("{}: {}", e.target, err),
+    };
+    let head = read_head(&mut conn).await.map_err(failed)?;
+    if !(200..300).contains(&head.status) {
         // Only the start is quoted; a little more is read so a multi-byte
         // character at the cut is not lost. The rest is not read, so this
         // connection is not reused.
-        let start = read_at_most(resp.body_mut(), STATUS_BODY_CHARS * 4)
-            .await
-            .map_or_else(|_| Bytes::new(), |(b, _)| b);
+        let start = h1::read_body(
+            &mut conn.io,
+            &mut conn.buf,
+            head.framing,
+            STATUS_BODY_CHARS * 4,
+        )
+        .await
+        .map_or_else(|_| Bytes::new(), |(b, _)| b);
         let text: String = String::from_utf8_lossy(&start)
             .chars()
             .take(STATUS_BODY_CHARS)
             .collect();
         return Err(HandlerError::Status {
             target: e.target.clone(),
-            status: status.as_u16(),
+            status: head.status,
             body_start: text.trim().to_string(),
         });
     }
-    // `size_hint` is the Content-Length, when there is one.
-    if resp
-        .body()
-        .size_hint()
-        .exact()
-        .is_some_and(|n| n > max_output_bytes as u64)
-    {
+    if matches!(head.framing, Framing::Length(n) if n > max_output_bytes as u64) {
         return Err(HandlerError::OutputTooLarge {
             limit: max_output_bytes,
         });
     }
-    match read_at_most(resp.body_mut(), max_output_bytes).await {
+    match h1::read_body(&mut conn.io, &mut conn.buf, head.framing, max_output_bytes).await {
         Ok((b, false)) => {
-            // The answer was read to its end: the connection may serve the
-            // next call once hyper has seen that too.
-            if sender.ready().await.is_ok() {
-                upstreams.give_back(e, sender);
+            // Read to its end: the connection may serve the next call.
+            if !head.close {
+                upstreams.give_back(e, conn);
             }
             Ok(b.into())
         }
@@ -259,65 +427,130 @@ pub async fn call(
             limit: max_output_bytes,
         }),
         Err(err) => Err(HandlerError::Failed {
-            detail: format!("reading the answer of {}: {}", e.target, chain(&err)),
+            detail: format!("reading the answer of {}: {err}", e.target),
         }),
     }
 }
 
-/// Sends the request on a pooled connection, or a new one, and waits for
-/// the answer's head.
+/// Writes the request on a pooled connection, or a new one.
 async fn send(
     upstreams: &Arc<Upstreams>,
     e: &Endpoint,
-    body: Bytes,
-) -> Result<(SendRequest<Full<Bytes>>, Response<Incoming>), HandlerError> {
-    let mut req = e.request(body);
-    // Pooled connections first; one the handler has closed meanwhile hands
-    // the request back unsent, and the next is tried.
-    while let Some(mut sender) = upstreams.checkout(e) {
-        if sender.ready().await.is_err() {
-            continue;
-        }
-        match sender.try_send_request(req).await {
-            Ok(resp) => return Ok((sender, resp)),
-            Err(mut err) => match err.take_message() {
-                Some(unsent) => req = unsent,
-                None => return Err(send_failed(e, err.error())),
-            },
+    wire: &[u8],
+    rest: &[u8],
+) -> Result<Conn, HandlerError> {
+    // Pooled connections first. A write that fails left the request
+    // incomplete at the handler, which cannot have acted on it: the next
+    // connection is tried.
+    while let Some(mut conn) = upstreams.checkout(e) {
+        if write_request(&mut conn.io, wire, rest).await.is_ok() {
+            return Ok(conn);
         }
     }
-    let mut sender = connect(e).await?;
-    match sender.send_request(req).await {
-        Ok(resp) => Ok((sender, resp)),
-        Err(err) => Err(send_failed(e, &err)),
+    let mut conn = connect(e).await?;
+    match write_request(&mut conn.io, wire, rest).await {
+        Ok(()) => Ok(conn),
+        Err(err) => Err(HandlerError::Failed {
+            detail: format!("sending the call to {}: {err}", e.target),
+        }),
     }
 }
 
-fn send_failed(e: &Endpoint, err: &hyper::Error) -> HandlerError {
-    HandlerError::Failed {
-        detail: format!("{}: {}", e.target, chain(err)),
+async fn write_request(io: &mut Stream, wire: &[u8], rest: &[u8]) -> io::Result<()> {
+    if rest.is_empty() {
+        return io.write_all(wire).await;
     }
+    let (mut a, mut b) = (wire, rest);
+    while !a.is_empty() || !b.is_empty() {
+        let n = io
+            .write_vectored(&[IoSlice::new(a), IoSlice::new(b)])
+            .await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        let from_a = n.min(a.len());
+        a = &a[from_a..];
+        b = &b[n - from_a..];
+    }
+    Ok(())
 }
 
-/// Opens a new connection and starts driving it on this worker's runtime.
-async fn connect(e: &Endpoint) -> Result<SendRequest<Full<Bytes>>, HandlerError> {
-    let opened = match &e.connect {
-        Connect::Tcp { host, port } => match TcpStream::connect((host.as_str(), *port)).await {
-            Ok(s) => {
-                // One write per request already; no Nagle delay on top.
-                let _ = s.set_nodelay(true);
-                Ok(handshake(s).await)
+/// Reads the answer's head, skipping interim (1xx) answers.
+async fn read_head(conn: &mut Conn) -> io::Result<Head> {
+    loop {
+        let parsed = {
+            let mut headers = [httparse::EMPTY_HEADER; h1::MAX_HEADERS];
+            let mut resp = httparse::Response::new(&mut headers);
+            match resp.parse(&conn.buf) {
+                Ok(httparse::Status::Complete(n)) => {
+                    let status = resp.code.unwrap_or(0);
+                    let meta = h1::meta(resp.headers, resp.version.unwrap_or(1), Some(status))
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                    Some((n, status, meta))
+                }
+                Ok(httparse::Status::Partial) => None,
+                Err(httparse::Error::TooManyHeaders) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        HeadError::TooLarge.to_string(),
+                    ));
+                }
+                Err(err) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("the answer is not HTTP/1.1 ({err})"),
+                    ));
+                }
             }
-            Err(io) => Err(io),
-        },
-        Connect::Unix(path) => match UnixStream::connect(path).await {
-            Ok(s) => Ok(handshake(s).await),
-            Err(io) => Err(io),
-        },
+        };
+        match parsed {
+            Some((n, status, meta)) => {
+                let _ = conn.buf.split_to(n);
+                if (100..200).contains(&status) && status != 101 {
+                    continue;
+                }
+                return Ok(Head {
+                    status,
+                    framing: meta.framing,
+                    close: meta.close,
+                });
+            }
+            None => {
+                if conn.buf.len() > h1::MAX_HEAD_BYTES {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        HeadError::TooLarge.to_string(),
+                    ));
+                }
+                if h1::fill(&mut conn.io, &mut conn.buf).await? == 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        if conn.buf.is_empty() {
+                            "the handler closed the connection without answering"
+                        } else {
+                            "the handler closed the connection in the middle of its answer"
+                        },
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Opens a new connection.
+async fn connect(e: &Endpoint) -> Result<Conn, HandlerError> {
+    let opened = match &e.connect {
+        Connect::Tcp { host, port } => TcpStream::connect((host.as_str(), *port)).await.map(|s| {
+            // One write per request already; no Nagle delay on top.
+            let _ = s.set_nodelay(true);
+            Stream::Tcp(s)
+        }),
+        Connect::Unix(path) => UnixStream::connect(path).await.map(Stream::Unix),
     };
     match opened {
-        Ok(h) => h.map_err(|err| HandlerError::Failed {
-            detail: format!("{}: {}", e.target, chain(&err)),
+        Ok(io) => Ok(Conn {
+            io,
+            buf: BytesMut::with_capacity(h1::READ_CHUNK),
         }),
         Err(io) if out_of_descriptors(&io) => Err(HandlerError::Failed {
             // The sidecar's own limit, not the plugin: say so, or the
@@ -334,71 +567,9 @@ async fn connect(e: &Endpoint) -> Result<SendRequest<Full<Bytes>>, HandlerError>
     }
 }
 
-async fn handshake<S>(stream: S) -> hyper::Result<SendRequest<Full<Bytes>>>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
-{
-    let (sender, conn) = http1::handshake(TokioIo::new(stream)).await?;
-    // Ends when the handler closes the connection or the last sender is
-    // dropped (the pool dropping an expired one, a call past its deadline).
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(sender)
-}
-
 /// EMFILE/ENFILE.
 fn out_of_descriptors(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(24 | 23))
-}
-
-/// Reads a body, at most `limit` bytes of it; the flag says there was more
-/// (what was read up to the limit is returned). A body that came in one
-/// piece (the usual call and answer) is that piece, not a copy. The server
-/// reads calls with it too.
-pub async fn read_at_most(
-    body: &mut Incoming,
-    limit: usize,
-) -> Result<(Bytes, bool), hyper::Error> {
-    let mut first: Option<Bytes> = None;
-    let mut rest: Vec<u8> = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let Ok(chunk) = frame?.into_data() else {
-            continue; // trailers
-        };
-        let so_far = first.as_ref().map_or(0, Bytes::len) + rest.len();
-        let over = so_far + chunk.len() > limit;
-        let chunk = if over {
-            chunk.slice(..limit - so_far)
-        } else {
-            chunk
-        };
-        if first.is_none() && rest.is_empty() {
-            first = Some(chunk);
-        } else {
-            if let Some(f) = first.take() {
-                rest.extend_from_slice(&f);
-            }
-            rest.extend_from_slice(&chunk);
-        }
-        if over {
-            return Ok((first.unwrap_or_else(|| Bytes::from(rest)), true));
-        }
-    }
-    Ok((first.unwrap_or_else(|| Bytes::from(rest)), false))
-}
-
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut cur = e;
-    while let Some(next) = cur.source() {
-        let s = next.to_string();
-        if !parts.iter().any(|p| p.contains(&s)) {
-            parts.push(s);
-        }
-        cur = next;
-    }
-    parts.join(": ")
 }
 
 #[cfg(test)]
@@ -421,14 +592,14 @@ mod tests {
 
     #[test]
     fn an_endpoint_is_worked_out_once_from_the_url() {
+        let head = |e: &Endpoint| String::from_utf8(e.head.clone()).unwrap();
         let e = endpoint("http://127.0.0.1:9876/tools/w?x=1", None);
-        assert_eq!(e.path.as_str(), "/tools/w?x=1");
-        assert_eq!(e.host, "127.0.0.1:9876");
+        assert!(head(&e).starts_with("POST /tools/w?x=1 HTTP/1.1\r\nhost: 127.0.0.1:9876\r\n"));
         assert_eq!(e.pool_key, "tcp:127.0.0.1:9876");
         assert!(matches!(&e.connect, Connect::Tcp { host, port: 9876 } if host == "127.0.0.1"));
 
         let e = endpoint("http://[::1]/", None);
-        assert_eq!(e.host, "[::1]");
+        assert!(head(&e).contains("\r\nhost: [::1]\r\n"));
         assert!(matches!(&e.connect, Connect::Tcp { host, port: 80 } if host == "::1"));
 
         let e = endpoint("http://localhost/w", Some("/run/p.sock"));
@@ -534,12 +705,34 @@ mod tests {
     }
 
     #[test]
-    fn the_request_carries_host_and_content_type() {
+    fn the_request_carries_host_content_type_and_length() {
         let e = endpoint("http://localhost:8080/w", None);
-        let req = e.request(Bytes::from_static(b"{}"));
-        assert_eq!(req.method(), Method::POST);
-        assert_eq!(req.uri(), "/w");
-        assert_eq!(req.headers()[HOST], "localhost:8080");
-        assert_eq!(req.headers()[CONTENT_TYPE], "application/json");
+        let wire = e.request(&Bytes::from_static(b"{}"));
+        assert_eq!(
+            String::from_utf8(wire).unwrap(),
+            "POST /w HTTP/1.1\r\nhost: localhost:8080\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+        );
+        // A large body is not copied behind the head.
+        let big = Bytes::from(vec![b' '; COPY_BODY_BYTES + 1]);
+        let wire = e.request(&big);
+        assert!(
+            String::from_utf8(wire)
+                .unwrap()
+                .ends_with("content-length: 16385\r\n\r\n")
+        );
+    }
+
+    #[test]
+    fn a_url_that_cannot_be_a_request_head_is_refused() {
+        let bad = |url: &str| {
+            Endpoint::new(&HttpHandler {
+                url: url.into(),
+                unix_socket: None,
+            })
+            .is_err()
+        };
+        assert!(bad("https://127.0.0.1/w"));
+        assert!(bad("file:///tmp/w"));
+        assert!(!bad("http://127.0.0.1/a%20b"));
     }
 }

@@ -56,6 +56,7 @@
 mod call;
 pub mod envelope;
 mod exec_handler;
+mod h1;
 mod handler;
 mod http_handler;
 pub mod limits;
@@ -71,7 +72,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use hyper::StatusCode;
+use http::StatusCode;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

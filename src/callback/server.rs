@@ -1,13 +1,21 @@
 //! The callback server's transport: the worker threads, their accept loops,
 //! HTTP/1.1 connections, and the routing of a request to `on_call` (or to
-//! a 403, 404, 405 or 413).
+//! a 400, 403, 404, 405, 413 or 431).
 //!
 //! Each worker thread runs a single-threaded tokio runtime and accepts from
 //! the shared listener, so a connection, its calls and their handler
 //! connections all stay on one thread (see the module doc of `callback`
-//! for why). This is hyper's connection API with a plain function as the
-//! service, not axum: one route, known at compile time, on the hot path of
-//! every call. What a request gets is decided in `mod.rs`.
+//! for why). The HTTP/1.1 is our own (framing in `h1`), not hyper's or
+//! axum's: one route, known at compile time, on the hot path of every call,
+//! where a general server's machinery cost more than the call's own work
+//! (BENCHMARKS.md, benchmark 1). What a request gets is decided in `mod.rs`.
+//!
+//! A connection serves its requests in order (pipelined ones too) and is
+//! kept alive unless the client or a framing problem says otherwise. While
+//! a call runs, the connection is watched: a caller that hangs up drops the
+//! call (see `on_call`). When the server stops accepting, an idle connection
+//! (or one whose next request has not fully arrived) closes at once, and
+//! one in the middle of a call closes after its answer.
 //!
 //! Whichever worker wakes first accepts a connection, which can leave one
 //! thread with most of a client's kept-alive connections (72 % of 64 in a
@@ -17,26 +25,22 @@
 //! connection never waits for long. main_server's one connection per call
 //! is spread by the same rule.
 
-use std::convert::Infallible;
+use std::cell::RefCell;
+use std::io;
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use axum::body::Bytes;
-use http_body_util::Full;
-use hyper::body::{Body, Incoming};
-use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue};
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
+use bytes::{Bytes, BytesMut};
+use http::StatusCode;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::envelope::Envelope;
-use super::http_handler::read_at_most;
+use super::h1::{self, Framing, HeadError, Meta};
 use super::{Worker, limits};
 
 /// After an accept error (out of descriptors, mostly), the pause before
@@ -74,7 +78,15 @@ fn over_share(open: &[AtomicUsize], me: usize) -> bool {
     mine > least + 1
 }
 
-pub type Answer = Response<Full<Bytes>>;
+/// An HTTP answer: a status, and a body of `content_type`.
+#[derive(Debug)]
+pub struct Answer {
+    status: StatusCode,
+    content_type: &'static str,
+    /// `Allow: POST`, for a 405.
+    allow_post: bool,
+    body: Vec<u8>,
+}
 
 /// A worker thread's life: serve connections from `listener` on `runtime`
 /// until `stop`, then let its open connections finish their calls.
@@ -115,24 +127,9 @@ pub fn serve_on(
             let _ = stream.set_nodelay(true);
             let worker = worker.clone();
             let stop = stop.clone();
-            let counted = worker.clone();
             connections.spawn(async move {
-                let _open = Open::new(&counted.shared.open_connections[counted.index]);
-                let service = service_fn(move |req| {
-                    let worker = worker.clone();
-                    async move { Ok::<_, Infallible>(route(&worker, peer, req).await) }
-                });
-                let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-                tokio::pin!(conn);
-                let r = tokio::select! {
-                    r = conn.as_mut() => r,
-                    () = stop.cancelled() => {
-                        // Finish the call in progress, then close.
-                        conn.as_mut().graceful_shutdown();
-                        conn.await
-                    }
-                };
-                if let Err(e) = r {
+                let _open = Open::new(&worker.shared.open_connections[worker.index]);
+                if let Err(e) = serve_connection(&worker, stream, peer, &stop).await {
                     tracing::debug!(%peer, error = %e, "a callback connection ended with an error");
                 }
             });
@@ -143,48 +140,256 @@ pub fn serve_on(
     });
 }
 
-/// Which answer a request gets.
-async fn route(worker: &Worker, peer: SocketAddr, req: Request<Incoming>) -> Answer {
+/// What the head of a request says, with its parts as ranges of the head.
+struct RequestHead {
+    len: usize,
+    post: bool,
+    path: Range<usize>,
+    meta: Meta,
+}
+
+/// Reads a request head from the start of `buf`: `Ok(None)` while it is
+/// incomplete.
+fn parse_head(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
+    let mut headers = [httparse::EMPTY_HEADER; h1::MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => {
+            if buf.len() > h1::MAX_HEAD_BYTES {
+                return Err(HeadError::TooLarge);
+            }
+            return Ok(None);
+        }
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
+        Err(e) => {
+            return Err(HeadError::Malformed(format!(
+                "not an HTTP/1.1 request ({e})"
+            )));
+        }
+    };
+    if len > h1::MAX_HEAD_BYTES {
+        return Err(HeadError::TooLarge);
+    }
+    let path = req.path.unwrap_or("");
+    let start = path.as_ptr() as usize - buf.as_ptr() as usize;
+    Ok(Some(RequestHead {
+        len,
+        post: req.method == Some("POST"),
+        path: start..start + path.len(),
+        meta: h1::meta(req.headers, req.version.unwrap_or(1), None)?,
+    }))
+}
+
+/// Serves one connection's requests until it closes, fails, or the server
+/// stops.
+async fn serve_connection(
+    worker: &Worker,
+    mut io: TcpStream,
+    peer: SocketAddr,
+    stop: &CancellationToken,
+) -> io::Result<()> {
+    let mut buf = BytesMut::with_capacity(h1::READ_CHUNK);
+    let mut out: Vec<u8> = Vec::new();
+    // Made once: a fresh wait per request would register with the token
+    // on every call.
+    let stopped = stop.cancelled();
+    tokio::pin!(stopped);
+    loop {
+        let head = loop {
+            match parse_head(&buf) {
+                Ok(Some(head)) => break Ok(head),
+                Ok(None) => {}
+                Err(e) => break Err(e),
+            }
+            let n = tokio::select! {
+                biased;
+                r = h1::fill(&mut io, &mut buf) => r?,
+                // Nothing (or part of a head) has come: close.
+                () = &mut stopped => return Ok(()),
+            };
+            if n == 0 {
+                return Ok(()); // the client is done
+            }
+        };
+        let head = match head {
+            Ok(h) => h,
+            Err(e) => {
+                let status = match e {
+                    HeadError::TooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                    HeadError::Malformed(_) => StatusCode::BAD_REQUEST,
+                };
+                let a = text(status, format!("{e}\n"));
+                write_answer(&mut io, &mut out, &a, true).await?;
+                return Ok(());
+            }
+        };
+        let bytes = buf.split_to(head.len).freeze();
+        let (answer, close) = respond(worker, &mut io, &mut buf, peer, &bytes, &head).await?;
+        let close = close || stop.is_cancelled();
+        write_answer(&mut io, &mut out, &answer, close).await?;
+        if close {
+            return Ok(());
+        }
+    }
+}
+
+/// The answer to one request, and whether the connection must close after
+/// it (its body was not read to the end). `Err` when the caller has gone.
+async fn respond(
+    worker: &Worker,
+    io: &mut TcpStream,
+    buf: &mut BytesMut,
+    peer: SocketAddr,
+    bytes: &Bytes,
+    head: &RequestHead,
+) -> io::Result<(Answer, bool)> {
     let shared = &worker.shared;
+    let meta = head.meta;
+    // Whether the request's body (not read for these answers) is absent.
+    let bodiless = matches!(meta.framing, Framing::Empty | Framing::Length(0));
     if !limits::peer_allowed(peer) {
         shared.rejections.count_forbidden();
         tracing::warn!(%peer, "refused a callback from a non-loopback peer");
-        let mut res = Response::new(Full::from("only loopback peers may call the sidecar\n"));
-        *res.status_mut() = StatusCode::FORBIDDEN;
-        res.headers_mut().insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
+        let a = text(
+            StatusCode::FORBIDDEN,
+            "only loopback peers may call the sidecar\n".into(),
         );
-        return res;
+        return Ok((a, true));
     }
-    let (parts, mut body) = req.into_parts();
-    let routed = call_path(parts.uri.path());
-    let Some((token, tool)) = routed.filter(|_| parts.method == Method::POST) else {
+    let path = std::str::from_utf8(&bytes[head.path.clone()]).unwrap_or("");
+    // The path proper: without a query.
+    let path = path.split_once('?').map_or(path, |(p, _)| p);
+    let routed = call_path(path);
+    let Some((token, tool)) = routed.filter(|_| head.post) else {
         let e = Envelope::failure(
             "NO_SUCH_ROUTE",
             "the sidecar serves calls only at POST /cb/{token}/{tool}",
         );
-        if routed.is_none() {
-            return answer(StatusCode::NOT_FOUND, &e);
-        }
-        let mut res = answer(StatusCode::METHOD_NOT_ALLOWED, &e);
-        res.headers_mut()
-            .insert(ALLOW, HeaderValue::from_static("POST"));
-        return res;
+        let mut a = answer(
+            if routed.is_none() {
+                StatusCode::NOT_FOUND
+            } else {
+                StatusCode::METHOD_NOT_ALLOWED
+            },
+            &e,
+        );
+        a.allow_post = routed.is_some();
+        return Ok((a, meta.close || !bodiless));
     };
     let limit = shared.max_body_bytes;
-    // `size_hint` is the Content-Length, when there is one.
-    let body = if body.size_hint().lower() > limit as u64 {
-        // Not read at all: hyper closes the connection after the answer.
+    let mut close = meta.close;
+    let body = if matches!(meta.framing, Framing::Length(n) if n > limit as u64) {
+        // Not read at all: the connection closes after the answer.
+        close = true;
         Err(BodyError::TooLarge)
     } else {
-        match read_at_most(&mut body, limit).await {
+        if meta.expect_continue && !bodiless {
+            io_write_all(io, b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+        }
+        match h1::read_body(io, buf, meta.framing, limit).await {
             Ok((b, false)) => Ok(b),
-            Ok((_, true)) => Err(BodyError::TooLarge),
-            Err(e) => Err(BodyError::Unreadable(e.to_string())),
+            Ok((_, true)) => {
+                close = true;
+                Err(BodyError::TooLarge)
+            }
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                close = true;
+                Err(BodyError::Unreadable(e.to_string()))
+            }
+            Err(e) => return Err(e), // the caller has gone
         }
     };
-    super::on_call(worker, token, tool, body).await
+    let a = tokio::select! {
+        biased;
+        a = super::on_call(worker, token, tool, body) => a,
+        e = hung_up(io, buf) => return Err(e),
+    };
+    Ok((a, close))
+}
+
+/// Ends when the caller hangs up (or its connection fails) while its call
+/// runs. Bytes that arrive meanwhile (the next request, pipelined) are
+/// kept in `buf`, up to a head's worth.
+async fn hung_up(io: &TcpStream, buf: &mut BytesMut) -> io::Error {
+    loop {
+        if let Err(e) = io.readable().await {
+            return e;
+        }
+        if buf.len() > h1::MAX_HEAD_BYTES {
+            // Enough to go on with; look again after the answer.
+            return std::future::pending().await;
+        }
+        buf.reserve(h1::READ_CHUNK);
+        match io.try_read_buf(buf) {
+            Ok(0) => {
+                return io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "the caller hung up before its answer",
+                );
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return e,
+        }
+    }
+}
+
+async fn io_write_all(io: &mut TcpStream, bytes: &[u8]) -> io::Result<()> {
+    tokio::io::AsyncWriteExt::write_all(io, bytes).await
+}
+
+/// Writes `a`, head and body in one write.
+async fn write_answer(
+    io: &mut TcpStream,
+    out: &mut Vec<u8>,
+    a: &Answer,
+    close: bool,
+) -> io::Result<()> {
+    out.clear();
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(a.status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(a.status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\ncontent-type: ");
+    out.extend_from_slice(a.content_type.as_bytes());
+    out.extend_from_slice(b"\r\ncontent-length: ");
+    h1::push_decimal(out, a.body.len());
+    if a.allow_post {
+        out.extend_from_slice(b"\r\nallow: POST");
+    }
+    if close {
+        out.extend_from_slice(b"\r\nconnection: close");
+    }
+    out.extend_from_slice(b"\r\ndate: ");
+    push_date(out);
+    out.extend_from_slice(b"\r\n\r\n");
+    out.extend_from_slice(&a.body);
+    let r = io_write_all(io, out).await;
+    // A buffer grown by a large answer is not kept with the connection.
+    if out.capacity() > 64 * 1024 {
+        *out = Vec::new();
+    }
+    r
+}
+
+thread_local! {
+    /// The `Date` value of the current second, made once per second.
+    static DATE: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+}
+
+fn push_date(out: &mut Vec<u8>) {
+    let now = SystemTime::now();
+    let secs = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    DATE.with_borrow_mut(|(at, text)| {
+        if *at != secs {
+            *at = secs;
+            *text = httpdate::fmt_http_date(now);
+        }
+        out.extend_from_slice(text.as_bytes());
+    });
 }
 
 /// Why a call's body could not be had.
@@ -214,11 +419,21 @@ pub fn answer(status: StatusCode, e: &Envelope) -> Answer {
 }
 
 fn json(status: StatusCode, body: Vec<u8>) -> Answer {
-    let mut res = Response::new(Full::new(Bytes::from(body)));
-    *res.status_mut() = status;
-    res.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    res
+    Answer {
+        status,
+        content_type: "application/json",
+        allow_post: false,
+        body,
+    }
+}
+
+fn text(status: StatusCode, body: String) -> Answer {
+    Answer {
+        status,
+        content_type: "text/plain; charset=utf-8",
+        allow_post: false,
+        body: body.into_bytes(),
+    }
 }
 
 #[cfg(test)]
