@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value as Json, json};
 
-use super::envelope::{Envelope, TopLevel};
+use super::envelope::Envelope;
 use super::stats::Outcome;
 use crate::manifest::ToolSpec;
 
@@ -47,42 +47,117 @@ pub fn parse_request(body: &[u8], tool: &str) -> Result<CallbackRequest, Box<Env
 /// anything else, including every failure. Keys are read as the slow path
 /// reads them (escapes decoded, the last of duplicates wins), and every
 /// value is read as strictly as there, so the two agree on every body.
+/// One pass over the body: each value is read straight into what it
+/// becomes (only `arguments` into a `Value`).
 fn parse_request_fast(body: &[u8], tool: &str) -> Option<CallbackRequest> {
-    let top: TopLevel<'_> = serde_json::from_slice(body).ok()?;
-    let (mut name, mut arguments, mut call_id, mut raw_arguments) = (None, None, None, None);
-    for (k, v) in &top.0 {
-        match k.as_ref() {
-            "name" => name = Some(*v),
-            "arguments" => arguments = Some(*v),
-            "call_id" => call_id = Some(*v),
-            "raw_arguments" => raw_arguments = Some(*v),
-            // Read as the slow path reads it, so a value it rejects (a
-            // number out of range) is rejected here too. main_server sends
-            // no other key, so this costs nothing in practice.
-            _ => {
-                serde_json::from_str::<Json>(v.get()).ok()?;
-            }
-        }
-    }
-    let name: String = serde_json::from_str(name?.get()).ok()?;
+    let fast: FastRequest = serde_json::from_slice(body).ok()?;
+    let name = fast.name?;
     if name != tool {
         return None;
     }
-    let arguments: Json = serde_json::from_str(arguments?.get()).ok()?;
-    let call_id = match call_id.map(|v| v.get()) {
-        None | Some("null") => String::new(),
-        Some(text) => serde_json::from_str::<String>(text).ok()?,
-    };
-    match raw_arguments.map(|v| v.get()) {
-        None | Some("null") => {}
-        Some(text) if text.starts_with('"') => {}
-        Some(_) => return None,
-    }
     Some(CallbackRequest {
         name,
-        arguments,
-        call_id,
+        arguments: fast.arguments?,
+        call_id: fast.call_id.unwrap_or_default(),
     })
+}
+
+/// What `parse_request_fast` reads: the fields, each as the slow path
+/// would take it (`None` when absent; `call_id` null is `None`).
+struct FastRequest {
+    name: Option<String>,
+    arguments: Option<Json>,
+    call_id: Option<String>,
+}
+
+impl<'de> serde::Deserialize<'de> for FastRequest {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{MapAccess, Visitor};
+
+        /// A key, decoded, sorted into the four the call reads and others.
+        enum Key {
+            Name,
+            Arguments,
+            CallId,
+            RawArguments,
+            Other,
+        }
+        impl<'de> serde::Deserialize<'de> for Key {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl Visitor<'_> for V {
+                    type Value = Key;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str("a string")
+                    }
+                    fn visit_str<E>(self, s: &str) -> Result<Key, E> {
+                        Ok(match s {
+                            "name" => Key::Name,
+                            "arguments" => Key::Arguments,
+                            "call_id" => Key::CallId,
+                            "raw_arguments" => Key::RawArguments,
+                            _ => Key::Other,
+                        })
+                    }
+                }
+                d.deserialize_str(V)
+            }
+        }
+
+        /// A JSON string or null, read (escapes and all) and dropped.
+        struct StringOrNull;
+        impl<'de> serde::Deserialize<'de> for StringOrNull {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl Visitor<'_> for V {
+                    type Value = StringOrNull;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str("a string or null")
+                    }
+                    fn visit_str<E>(self, _: &str) -> Result<StringOrNull, E> {
+                        Ok(StringOrNull)
+                    }
+                    fn visit_unit<E>(self) -> Result<StringOrNull, E> {
+                        Ok(StringOrNull)
+                    }
+                }
+                d.deserialize_any(V)
+            }
+        }
+
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = FastRequest;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<FastRequest, A::Error> {
+                let mut r = FastRequest {
+                    name: None,
+                    arguments: None,
+                    call_id: None,
+                };
+                while let Some(key) = m.next_key::<Key>()? {
+                    match key {
+                        Key::Name => r.name = Some(m.next_value()?),
+                        Key::Arguments => r.arguments = Some(m.next_value()?),
+                        Key::CallId => r.call_id = m.next_value()?,
+                        Key::RawArguments => {
+                            m.next_value::<StringOrNull>()?;
+                        }
+                        // Read as the slow path reads it, so a value it
+                        // rejects (a number out of range) is rejected here
+                        // too. main_server sends no other key.
+                        Key::Other => {
+                            m.next_value::<Json>()?;
+                        }
+                    }
+                }
+                Ok(r)
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 /// The reference reading, and the one that explains failures.
