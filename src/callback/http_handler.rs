@@ -704,6 +704,148 @@ mod tests {
         assert!(matches!(r, Err(HandlerError::Unreachable { .. })), "{r:?}");
     }
 
+    /// A server answering each request with `reply(body)`, closing the
+    /// connection after it when `close`.
+    async fn scripted_server(reply: fn(&[u8]) -> Vec<u8>, close: bool) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/w", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = vec![0u8; 64 * 1024];
+                    loop {
+                        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                            let n = s.read(&mut chunk).await.unwrap_or(0);
+                            if n == 0 {
+                                return;
+                            }
+                            buf.extend_from_slice(&chunk[..n]);
+                            continue;
+                        };
+                        let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length: "))
+                            .unwrap()
+                            .parse()
+                            .unwrap();
+                        while buf.len() < end + 4 + len {
+                            let n = s.read(&mut chunk).await.unwrap_or(0);
+                            if n == 0 {
+                                return;
+                            }
+                            buf.extend_from_slice(&chunk[..n]);
+                        }
+                        let body: Vec<u8> = buf.drain(..end + 4 + len).skip(end + 4).collect();
+                        s.write_all(&reply(&body)).await.unwrap();
+                        if close {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        url
+    }
+
+    async fn call_with(url: &str, body: Bytes) -> (Result<Vec<u8>, HandlerError>, usize) {
+        let (e, up): (_, Arc<Upstreams>) = (Ok(endpoint(url, None)), Arc::default());
+        let r = call(&up, &e, body, 1024 * 1024).await;
+        (r, up.idle_count())
+    }
+
+    #[tokio::test]
+    async fn a_chunked_answer_is_decoded_and_its_connection_kept() {
+        let url = scripted_server(
+            |_| b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n4\r\n{\"a\"\r\n3\r\n:1}\r\n0\r\n\r\n".to_vec(),
+            false,
+        )
+        .await;
+        let (r, idle) = call_with(&url, Bytes::from_static(b"{}")).await;
+        assert_eq!(r.unwrap(), br#"{"a":1}"#);
+        assert_eq!(idle, 1);
+    }
+
+    #[tokio::test]
+    async fn an_answer_without_a_length_ends_with_its_connection() {
+        let url = scripted_server(
+            |_| b"HTTP/1.1 200 OK\r\n\r\n{\"until\":\"close\"}".to_vec(),
+            true,
+        )
+        .await;
+        let (r, idle) = call_with(&url, Bytes::from_static(b"{}")).await;
+        assert_eq!(r.unwrap(), br#"{"until":"close"}"#);
+        assert_eq!(idle, 0, "a connection read to its end is not kept");
+    }
+
+    #[tokio::test]
+    async fn an_interim_answer_is_skipped() {
+        let url = scripted_server(
+            |_| {
+                b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"
+                    .to_vec()
+            },
+            false,
+        )
+        .await;
+        let (r, _) = call_with(&url, Bytes::from_static(b"{}")).await;
+        assert_eq!(r.unwrap(), b"{}");
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_handler_says_it_closes_is_not_kept() {
+        let url = scripted_server(
+            |_| b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}".to_vec(),
+            true,
+        )
+        .await;
+        let (r, idle) = call_with(&url, Bytes::from_static(b"{}")).await;
+        assert_eq!(r.unwrap(), b"{}");
+        assert_eq!(idle, 0);
+    }
+
+    #[tokio::test]
+    async fn a_large_body_arrives_whole() {
+        // The handler answers with the length and the last byte it got.
+        let url = scripted_server(
+            |body| {
+                let out = format!("[{},{}]", body.len(), body.last().copied().unwrap_or(0));
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{out}",
+                    out.len()
+                )
+                .into_bytes()
+            },
+            false,
+        )
+        .await;
+        let mut big = vec![b' '; 300 * 1024];
+        *big.last_mut().unwrap() = b'!';
+        let (r, _) = call_with(&url, Bytes::from(big)).await;
+        assert_eq!(r.unwrap(), format!("[{},{}]", 300 * 1024, b'!').as_bytes());
+    }
+
+    #[tokio::test]
+    async fn an_answer_cut_short_is_a_failure_that_says_so() {
+        let url = scripted_server(
+            |_| b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n{}".to_vec(),
+            true,
+        )
+        .await;
+        let (r, idle) = call_with(&url, Bytes::from_static(b"{}")).await;
+        let Err(HandlerError::Failed { detail }) = r else {
+            panic!("{r:?}")
+        };
+        assert!(
+            detail.contains("closed before the message was complete"),
+            "{detail}"
+        );
+        assert_eq!(idle, 0);
+    }
+
     #[test]
     fn the_request_carries_host_content_type_and_length() {
         let e = endpoint("http://localhost:8080/w", None);

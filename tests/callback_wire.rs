@@ -1,0 +1,279 @@
+//! The callback server's HTTP/1.1, byte for byte over raw loopback sockets:
+//! keep-alive and pipelining, `Expect: 100-continue`, HTTP/1.0, the heads it
+//! refuses (400, 431), framing it does not trust (a length beside chunked,
+//! two lengths), the headers of its answers, and a caller that hangs up in
+//! the middle of a call.
+
+mod callback_support;
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::post;
+use callback_support::*;
+use neko_sidecar::callback::Outcome;
+use serde_json::{Value as Json, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const ECHO: &str = "[[tool]]\nname = \"echo\"\ndescription = \"d\"\nhandler = { type = \"exec\", command = [\"cat\"] }\n";
+
+async fn echo_sidecar() -> (tempfile::TempDir, Sidecar) {
+    let dir = tempfile::tempdir().unwrap();
+    let sc = Sidecar::start(&state(dir.path(), ECHO)).await;
+    (dir, sc)
+}
+
+/// The address and path of a callback URL.
+fn split(url: &str) -> (String, String) {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (addr, path) = rest.split_at(rest.find('/').unwrap());
+    (addr.to_string(), path.to_string())
+}
+
+/// A request for `path` with `extra` head lines and `body`.
+fn request(path: &str, extra: &str, body: &str) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{extra}content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// One answer read off a connection: status, head lines (lower-case
+/// names), body.
+struct Answer {
+    status: u16,
+    head: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Json {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+}
+
+/// Reads one answer (with a Content-Length, as the server always sends)
+/// from `s`, keeping any bytes after it in `buf`.
+async fn read_answer(s: &mut TcpStream, buf: &mut Vec<u8>) -> Answer {
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8(buf[..end].to_vec()).unwrap();
+            let mut lines = head.split("\r\n");
+            let status: u16 = lines.next().unwrap()[9..12].parse().unwrap();
+            let head: Vec<(String, String)> = lines
+                .map(|l| {
+                    let (n, v) = l.split_once(':').unwrap();
+                    (n.trim().to_ascii_lowercase(), v.trim().to_string())
+                })
+                .collect();
+            let len: usize = head
+                .iter()
+                .find(|(n, _)| n == "content-length")
+                .map_or(0, |(_, v)| v.parse().unwrap());
+            while buf.len() < end + 4 + len {
+                let mut chunk = [0u8; 4096];
+                let n = s.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "the connection closed in the middle of an answer");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let body = buf[end + 4..end + 4 + len].to_vec();
+            buf.drain(..end + 4 + len);
+            return Answer { status, head, body };
+        }
+        let mut chunk = [0u8; 4096];
+        let n = s.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the connection closed before an answer");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Whether the server closes `s` (reads to the end with nothing more).
+async fn closed(s: &mut TcpStream) -> bool {
+    let mut rest = Vec::new();
+    matches!(
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest)).await,
+        Ok(Ok(0)) | Ok(Err(_))
+    )
+}
+
+fn call(word: &str) -> String {
+    call_body("echo", json!({ "word": word })).to_string()
+}
+
+#[tokio::test]
+async fn a_connection_carries_call_after_call_and_pipelined_calls_in_order() {
+    let (_d, sc) = echo_sidecar().await;
+    let (addr, path) = split(&sc.handle.url_for("echo"));
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let mut buf = Vec::new();
+    s.write_all(request(&path, "", &call("one")).as_bytes())
+        .await
+        .unwrap();
+    let a = read_answer(&mut s, &mut buf).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(a.json()["output"]["arguments"]["word"], "one");
+    assert_eq!(a.header("connection"), None, "kept alive");
+    // Three at once, in one write: three answers, in order.
+    let three: String = ["two", "three", "four"]
+        .iter()
+        .map(|w| request(&path, "", &call(w)))
+        .collect();
+    s.write_all(three.as_bytes()).await.unwrap();
+    for w in ["two", "three", "four"] {
+        let a = read_answer(&mut s, &mut buf).await;
+        assert_eq!(a.json()["output"]["arguments"]["word"], w);
+    }
+}
+
+#[tokio::test]
+async fn an_answer_says_its_type_length_and_date() {
+    let (_d, sc) = echo_sidecar().await;
+    let (addr, path) = split(&sc.handle.url_for("echo"));
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    s.write_all(request(&path, "", &call("x")).as_bytes())
+        .await
+        .unwrap();
+    let a = read_answer(&mut s, &mut Vec::new()).await;
+    assert_eq!(a.header("content-type"), Some("application/json"));
+    assert_eq!(
+        a.header("content-length"),
+        Some(a.body.len().to_string().as_str())
+    );
+    let date = a.header("date").expect("a Date header");
+    assert!(
+        httpdate::parse_http_date(date).is_ok(),
+        "not an HTTP date: {date}"
+    );
+}
+
+#[tokio::test]
+async fn expect_100_continue_is_answered_before_the_body_is_sent() {
+    let (_d, sc) = echo_sidecar().await;
+    let (addr, path) = split(&sc.handle.url_for("echo"));
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let body = call("waited");
+    let full = request(&path, "expect: 100-continue\r\n", &body);
+    let head_len = full.len() - body.len();
+    s.write_all(&full.as_bytes()[..head_len]).await.unwrap();
+    let mut buf = Vec::new();
+    let interim = read_answer(&mut s, &mut buf).await;
+    assert_eq!(interim.status, 100);
+    s.write_all(body.as_bytes()).await.unwrap();
+    let a = read_answer(&mut s, &mut buf).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(a.json()["output"]["arguments"]["word"], "waited");
+}
+
+#[tokio::test]
+async fn an_http_1_0_call_is_answered_and_the_connection_closed() {
+    let (_d, sc) = echo_sidecar().await;
+    let (addr, path) = split(&sc.handle.url_for("echo"));
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let req = request(&path, "", &call("old")).replacen("HTTP/1.1", "HTTP/1.0", 1);
+    s.write_all(req.as_bytes()).await.unwrap();
+    let a = read_answer(&mut s, &mut Vec::new()).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(a.header("connection"), Some("close"));
+    assert!(closed(&mut s).await);
+}
+
+#[tokio::test]
+async fn a_head_that_is_not_http_gets_400_and_a_huge_one_431() {
+    let (_d, sc) = echo_sidecar().await;
+    let (addr, path) = split(&sc.handle.url_for("echo"));
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    s.write_all(b"HELLO THERE\r\n\r\n").await.unwrap();
+    let a = read_answer(&mut s, &mut Vec::new()).await;
+    assert_eq!(a.status, 400);
+    assert!(closed(&mut s).await);
+
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let padding = format!("x-pad: {}\r\n", "p".repeat(70 * 1024));
+    // The server may answer before it has read all of this.
+    let _ = s
+        .write_all(request(&path, &padding, &call("x")).as_bytes())
+        .await;
+    let a = read_answer(&mut s, &mut Vec::new()).await;
+    assert_eq!(a.status, 431);
+}
+
+#[tokio::test]
+async fn two_different_lengths_get_400() {
+    let (_d, sc) = echo_sidecar().await;
+    let (addr, path) = split(&sc.handle.url_for("echo"));
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let body = call("x");
+    let req = request(
+        &path,
+        &format!("content-length: {}\r\n", body.len() + 1),
+        &body,
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let a = read_answer(&mut s, &mut Vec::new()).await;
+    assert_eq!(a.status, 400);
+    assert!(String::from_utf8_lossy(&a.body).contains("Content-Length"));
+    assert!(closed(&mut s).await);
+}
+
+/// A length beside `chunked` is how requests are smuggled past a proxy:
+/// the chunked body is the one read, and the connection is not trusted
+/// with another request.
+#[tokio::test]
+async fn a_length_beside_chunked_is_ignored_and_the_connection_closed() {
+    let (_d, sc) = echo_sidecar().await;
+    let (addr, path) = split(&sc.handle.url_for("echo"));
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let body = call("smuggled");
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let a = read_answer(&mut s, &mut Vec::new()).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(a.json()["output"]["arguments"]["word"], "smuggled");
+    assert_eq!(a.header("connection"), Some("close"));
+    assert!(closed(&mut s).await);
+}
+
+/// A caller that hangs up while its http call runs drops the call: it
+/// counts as abandoned, and the handler's connection is closed.
+#[tokio::test]
+async fn a_caller_hanging_up_abandons_its_http_call() {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let router = Router::new().route(
+        "/slow",
+        post(move || {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(());
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                "{}"
+            }
+        }),
+    );
+    let handler = serve_http(router).await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "[[tool]]\nname = \"slow\"\ndescription = \"d\"\ntimeout_seconds = 60\nhandler = {{ type = \"http\", url = \"http://{handler}/slow\" }}\n"
+    );
+    let sc = Sidecar::start(&state(dir.path(), &toml)).await;
+    let (addr, path) = split(&sc.handle.url_for("slow"));
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let body = call_body("slow", json!({})).to_string();
+    s.write_all(request(&path, "", &body).as_bytes())
+        .await
+        .unwrap();
+    rx.recv().await.unwrap(); // the handler has the call
+    drop(s);
+    let abandoned = || sc.handle.stats().tools["slow"].count(Outcome::Abandoned) == 1;
+    assert!(wait_until(Duration::from_secs(10), abandoned).await);
+}
