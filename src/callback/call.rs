@@ -26,17 +26,23 @@ pub async fn answer(
     arrived: Instant,
     draining: bool,
 ) -> Reply {
-    let record = route.stats.begin();
+    let record = route.stats.begin_at(arrived);
     let spec = &route.spec;
     let (reply, outcome, call_id) = run(ctx, &route, body, arrived, draining).await;
-    let elapsed_ms = arrived.elapsed().as_millis();
+    // The clock is read only when a line is written (the fields of a
+    // disabled level are not evaluated).
     if outcome == Outcome::Ok {
-        tracing::debug!(tool = %spec.name, call_id, elapsed_ms, "call answered");
+        tracing::debug!(
+            tool = %spec.name,
+            call_id,
+            elapsed_ms = arrived.elapsed().as_millis(),
+            "call answered"
+        );
     } else {
         tracing::info!(
             tool = %spec.name,
             call_id,
-            elapsed_ms,
+            elapsed_ms = arrived.elapsed().as_millis(),
             outcome = outcome.label(),
             error = reply.error().unwrap_or(""),
             "call failed"

@@ -156,7 +156,8 @@ impl Reply {
 /// path. `None` for any other answer, which `normalise` handles; for every
 /// answer it takes, the result is the JSON `normalise` gives.
 pub fn success_wire(body: &[u8]) -> Option<Vec<u8>> {
-    let top: TopLevel<'_> = serde_json::from_slice(body).ok()?;
+    // UTF-8 checked once for the whole answer, not string by string.
+    let top: TopLevel<'_> = serde_json::from_str(std::str::from_utf8(body).ok()?).ok()?;
     let mut output = None;
     for (k, v) in &top.0 {
         match k.as_ref() {

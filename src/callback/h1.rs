@@ -14,6 +14,7 @@
 //! differently from how its sender framed it.
 
 use std::io;
+use std::ops::Range;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -98,6 +99,10 @@ pub fn meta(
     let mut expect_continue = false;
     for h in headers {
         let name = h.name;
+        // The length first: most fields are none of these four.
+        if !matches!(name.len(), 14 | 17 | 10 | 6) {
+            continue;
+        }
         if name.eq_ignore_ascii_case("content-length") {
             // A list of equal values is one length (RFC 9112, 6.3).
             for part in h.value.split(|&b| b == b',') {
@@ -155,6 +160,74 @@ pub fn meta(
         close,
         expect_continue,
     })
+}
+
+/// What the head of a request says, its path as a range of the head.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestHead {
+    /// The head's length in bytes, up to and with its empty line.
+    pub len: usize,
+    pub post: bool,
+    pub path: Range<usize>,
+    pub meta: Meta,
+}
+
+/// Reads a request head from the start of `buf`: `Ok(None)` while it is
+/// incomplete.
+pub fn parse_request(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let Some(len) = complete(req.parse(buf), buf.len())? else {
+        return Ok(None);
+    };
+    let path = req.path.unwrap_or("");
+    let start = path.as_ptr() as usize - buf.as_ptr() as usize;
+    Ok(Some(RequestHead {
+        len,
+        post: req.method == Some("POST"),
+        path: start..start + path.len(),
+        meta: meta(req.headers, req.version.unwrap_or(1), None)?,
+    }))
+}
+
+/// What the head of a response says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseHead {
+    /// The head's length in bytes, up to and with its empty line.
+    pub len: usize,
+    pub status: u16,
+    pub meta: Meta,
+}
+
+/// Reads a response head from the start of `buf`: `Ok(None)` while it is
+/// incomplete.
+pub fn parse_response(buf: &[u8]) -> Result<Option<ResponseHead>, HeadError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut headers);
+    let Some(len) = complete(resp.parse(buf), buf.len())? else {
+        return Ok(None);
+    };
+    let status = resp.code.unwrap_or(0);
+    Ok(Some(ResponseHead {
+        len,
+        status,
+        meta: meta(resp.headers, resp.version.unwrap_or(1), Some(status))?,
+    }))
+}
+
+/// httparse's verdict on a head, within `MAX_HEAD_BYTES`.
+fn complete(
+    parsed: httparse::Result<usize>,
+    available: usize,
+) -> Result<Option<usize>, HeadError> {
+    match parsed {
+        Ok(httparse::Status::Complete(n)) if n > MAX_HEAD_BYTES => Err(HeadError::TooLarge),
+        Ok(httparse::Status::Complete(n)) => Ok(Some(n)),
+        Ok(httparse::Status::Partial) if available > MAX_HEAD_BYTES => Err(HeadError::TooLarge),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => Err(HeadError::TooLarge),
+        Err(e) => Err(malformed(format!("not HTTP/1.1 ({e})"))),
+    }
 }
 
 /// Digits only, no sign, no overflow.

@@ -35,7 +35,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::time::Instant;
 
-use super::h1::{self, Framing, HeadError};
+use super::h1::{self, Framing};
 use super::handler::HandlerError;
 use crate::manifest::HttpHandler;
 
@@ -478,50 +478,19 @@ async fn write_request(io: &mut Stream, wire: &[u8], rest: &[u8]) -> io::Result<
 /// Reads the answer's head, skipping interim (1xx) answers.
 async fn read_head(conn: &mut Conn) -> io::Result<Head> {
     loop {
-        let parsed = {
-            let mut headers = [httparse::EMPTY_HEADER; h1::MAX_HEADERS];
-            let mut resp = httparse::Response::new(&mut headers);
-            match resp.parse(&conn.buf) {
-                Ok(httparse::Status::Complete(n)) => {
-                    let status = resp.code.unwrap_or(0);
-                    let meta = h1::meta(resp.headers, resp.version.unwrap_or(1), Some(status))
-                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-                    Some((n, status, meta))
-                }
-                Ok(httparse::Status::Partial) => None,
-                Err(httparse::Error::TooManyHeaders) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        HeadError::TooLarge.to_string(),
-                    ));
-                }
-                Err(err) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("the answer is not HTTP/1.1 ({err})"),
-                    ));
-                }
-            }
-        };
-        match parsed {
-            Some((n, status, meta)) => {
-                let _ = conn.buf.split_to(n);
-                if (100..200).contains(&status) && status != 101 {
+        match h1::parse_response(&conn.buf) {
+            Ok(Some(head)) => {
+                let _ = conn.buf.split_to(head.len);
+                if (100..200).contains(&head.status) && head.status != 101 {
                     continue;
                 }
                 return Ok(Head {
-                    status,
-                    framing: meta.framing,
-                    close: meta.close,
+                    status: head.status,
+                    framing: head.meta.framing,
+                    close: head.meta.close,
                 });
             }
-            None => {
-                if conn.buf.len() > h1::MAX_HEAD_BYTES {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        HeadError::TooLarge.to_string(),
-                    ));
-                }
+            Ok(None) => {
                 if h1::fill(&mut conn.io, &mut conn.buf).await? == 0 {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
@@ -532,6 +501,12 @@ async fn read_head(conn: &mut Conn) -> io::Result<Head> {
                         },
                     ));
                 }
+            }
+            Err(e) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("its answer cannot be read: {e}"),
+                ));
             }
         }
     }

@@ -56,7 +56,7 @@
 mod call;
 pub mod envelope;
 mod exec_handler;
-mod h1;
+pub mod h1;
 mod handler;
 mod http_handler;
 pub mod limits;

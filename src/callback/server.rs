@@ -28,7 +28,6 @@
 use std::cell::RefCell;
 use std::io;
 use std::net::SocketAddr;
-use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
@@ -40,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::envelope::Envelope;
-use super::h1::{self, Framing, HeadError, Meta};
+use super::h1::{self, Framing, HeadError};
 use super::{Worker, limits};
 
 /// After an accept error (out of descriptors, mostly), the pause before
@@ -140,47 +139,6 @@ pub fn serve_on(
     });
 }
 
-/// What the head of a request says, with its parts as ranges of the head.
-struct RequestHead {
-    len: usize,
-    post: bool,
-    path: Range<usize>,
-    meta: Meta,
-}
-
-/// Reads a request head from the start of `buf`: `Ok(None)` while it is
-/// incomplete.
-fn parse_head(buf: &[u8]) -> Result<Option<RequestHead>, HeadError> {
-    let mut headers = [httparse::EMPTY_HEADER; h1::MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut headers);
-    let len = match req.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => {
-            if buf.len() > h1::MAX_HEAD_BYTES {
-                return Err(HeadError::TooLarge);
-            }
-            return Ok(None);
-        }
-        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
-        Err(e) => {
-            return Err(HeadError::Malformed(format!(
-                "not an HTTP/1.1 request ({e})"
-            )));
-        }
-    };
-    if len > h1::MAX_HEAD_BYTES {
-        return Err(HeadError::TooLarge);
-    }
-    let path = req.path.unwrap_or("");
-    let start = path.as_ptr() as usize - buf.as_ptr() as usize;
-    Ok(Some(RequestHead {
-        len,
-        post: req.method == Some("POST"),
-        path: start..start + path.len(),
-        meta: h1::meta(req.headers, req.version.unwrap_or(1), None)?,
-    }))
-}
-
 /// Serves one connection's requests until it closes, fails, or the server
 /// stops.
 async fn serve_connection(
@@ -197,7 +155,7 @@ async fn serve_connection(
     tokio::pin!(stopped);
     loop {
         let head = loop {
-            match parse_head(&buf) {
+            match h1::parse_request(&buf) {
                 Ok(Some(head)) => break Ok(head),
                 Ok(None) => {}
                 Err(e) => break Err(e),
@@ -242,7 +200,7 @@ async fn respond(
     buf: &mut BytesMut,
     peer: SocketAddr,
     bytes: &Bytes,
-    head: &RequestHead,
+    head: &h1::RequestHead,
 ) -> io::Result<(Answer, bool)> {
     let shared = &worker.shared;
     let meta = head.meta;

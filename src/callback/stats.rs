@@ -135,10 +135,16 @@ pub struct CallRecord {
 
 impl ToolStats {
     pub fn begin(self: &Arc<Self>) -> CallRecord {
+        self.begin_at(tokio::time::Instant::now())
+    }
+
+    /// A call that started at `started` (when it arrived: its latency is
+    /// the caller's, and the clock was read once for it already).
+    pub fn begin_at(self: &Arc<Self>, started: tokio::time::Instant) -> CallRecord {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         CallRecord {
             stats: self.clone(),
-            started: tokio::time::Instant::now(),
+            started,
             done: false,
         }
     }

@@ -50,7 +50,9 @@ pub fn parse_request(body: &[u8], tool: &str) -> Result<CallbackRequest, Box<Env
 /// One pass over the body: each value is read straight into what it
 /// becomes (only `arguments` into a `Value`).
 fn parse_request_fast(body: &[u8], tool: &str) -> Option<CallbackRequest> {
-    let fast: FastRequest = serde_json::from_slice(body).ok()?;
+    // UTF-8 checked once for the whole body, not string by string.
+    let text = std::str::from_utf8(body).ok()?;
+    let fast: FastRequest = serde_json::from_str(text).ok()?;
     let name = fast.name?;
     if name != tool {
         return None;
