@@ -1,8 +1,8 @@
 //! The callback server's HTTP/1.1, byte for byte over raw loopback sockets:
 //! keep-alive and pipelining, `Expect: 100-continue`, HTTP/1.0, the heads it
 //! refuses (400, 431), framing it does not trust (a length beside chunked,
-//! two lengths), the headers of its answers, and a caller that hangs up in
-//! the middle of a call.
+//! two lengths), the headers of its answers, closing with a body unread,
+//! and a caller that hangs up in the middle of a call.
 
 mod callback_support;
 
@@ -220,6 +220,31 @@ async fn two_different_lengths_get_400() {
     let a = read_answer(&mut s, &mut Vec::new()).await;
     assert_eq!(a.status, 400);
     assert!(String::from_utf8_lossy(&a.body).contains("Content-Length"));
+    assert!(closed(&mut s).await);
+}
+
+/// A client that goes on sending a body the server will not read (over the
+/// limit) still gets its 413 and may finish sending: the server reads and
+/// drops the rest instead of resetting the connection under it.
+#[tokio::test]
+async fn a_refused_body_can_be_sent_in_full_and_the_answer_read() {
+    let (_d, sc) = echo_sidecar().await;
+    let (addr, path) = split(&sc.handle.url_for("echo"));
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let half = " ".repeat(1024 * 1024);
+    let req = request(&path, "", &format!("{half}{half}"));
+    s.write_all(&req.as_bytes()[..req.len() - half.len()])
+        .await
+        .unwrap();
+    let a = read_answer(&mut s, &mut Vec::new()).await;
+    assert_eq!(a.status, 413);
+    assert_eq!(a.json()["output"]["code"], "BODY_TOO_LARGE");
+    assert_eq!(a.header("connection"), Some("close"));
+    // The answer is out; the rest of the body is still welcome.
+    s.write_all(half.as_bytes())
+        .await
+        .expect("the rest of the body can be sent");
+    s.shutdown().await.unwrap();
     assert!(closed(&mut s).await);
 }
 

@@ -216,10 +216,7 @@ pub fn parse_response(buf: &[u8]) -> Result<Option<ResponseHead>, HeadError> {
 }
 
 /// httparse's verdict on a head, within `MAX_HEAD_BYTES`.
-fn complete(
-    parsed: httparse::Result<usize>,
-    available: usize,
-) -> Result<Option<usize>, HeadError> {
+fn complete(parsed: httparse::Result<usize>, available: usize) -> Result<Option<usize>, HeadError> {
     match parsed {
         Ok(httparse::Status::Complete(n)) if n > MAX_HEAD_BYTES => Err(HeadError::TooLarge),
         Ok(httparse::Status::Complete(n)) => Ok(Some(n)),

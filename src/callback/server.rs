@@ -15,7 +15,8 @@
 //! a call runs, the connection is watched: a caller that hangs up drops the
 //! call (see `on_call`). When the server stops accepting, an idle connection
 //! (or one whose next request has not fully arrived) closes at once, and
-//! one in the middle of a call closes after its answer.
+//! one in the middle of a call closes after its answer. A connection closed
+//! with a body left unread (413, 404 ...) lingers: see `linger`.
 //!
 //! Whichever worker wakes first accepts a connection, which can leave one
 //! thread with most of a client's kept-alive connections (72 % of 64 in a
@@ -179,21 +180,48 @@ async fn serve_connection(
                 };
                 let a = text(status, format!("{e}\n"));
                 write_answer(&mut io, &mut out, &a, true).await?;
+                tokio::select! {
+                    () = linger(&mut io) => {}
+                    () = &mut stopped => {}
+                }
                 return Ok(());
             }
         };
         let bytes = buf.split_to(head.len).freeze();
-        let (answer, close) = respond(worker, &mut io, &mut buf, peer, &bytes, &head).await?;
-        let close = close || stop.is_cancelled();
-        write_answer(&mut io, &mut out, &answer, close).await?;
-        if close {
-            return Ok(());
+        let (answer, after) = respond(worker, &mut io, &mut buf, peer, &bytes, &head).await?;
+        let after = match after {
+            After::Next if stop.is_cancelled() => After::Close,
+            a => a,
+        };
+        write_answer(&mut io, &mut out, &answer, after != After::Next).await?;
+        match after {
+            After::Next => {}
+            After::Close => return Ok(()),
+            After::Drain => {
+                tokio::select! {
+                    () = linger(&mut io) => {}
+                    () = &mut stopped => {}
+                }
+                return Ok(());
+            }
         }
     }
 }
 
-/// The answer to one request, and whether the connection must close after
-/// it (its body was not read to the end). `Err` when the caller has gone.
+/// What becomes of a connection after an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum After {
+    /// It carries the next request.
+    Next,
+    /// It closes (the client asked, or the framing leaves no choice).
+    Close,
+    /// It closes, and the client may still be sending what was not read
+    /// (a body refused or never read): see `linger`.
+    Drain,
+}
+
+/// The answer to one request, and what becomes of the connection after it.
+/// `Err` when the caller has gone.
 async fn respond(
     worker: &Worker,
     io: &mut TcpStream,
@@ -201,7 +229,7 @@ async fn respond(
     peer: SocketAddr,
     bytes: &Bytes,
     head: &h1::RequestHead,
-) -> io::Result<(Answer, bool)> {
+) -> io::Result<(Answer, After)> {
     let shared = &worker.shared;
     let meta = head.meta;
     // Whether the request's body (not read for these answers) is absent.
@@ -213,7 +241,7 @@ async fn respond(
             StatusCode::FORBIDDEN,
             "only loopback peers may call the sidecar\n".into(),
         );
-        return Ok((a, true));
+        return Ok((a, if bodiless { After::Close } else { After::Drain }));
     }
     let path = std::str::from_utf8(&bytes[head.path.clone()]).unwrap_or("");
     // The path proper: without a query.
@@ -233,13 +261,24 @@ async fn respond(
             &e,
         );
         a.allow_post = routed.is_some();
-        return Ok((a, meta.close || !bodiless));
+        let after = if !bodiless {
+            After::Drain
+        } else if meta.close {
+            After::Close
+        } else {
+            After::Next
+        };
+        return Ok((a, after));
     };
     let limit = shared.max_body_bytes;
-    let mut close = meta.close;
+    let mut after = if meta.close {
+        After::Close
+    } else {
+        After::Next
+    };
     let body = if matches!(meta.framing, Framing::Length(n) if n > limit as u64) {
         // Not read at all: the connection closes after the answer.
-        close = true;
+        after = After::Drain;
         Err(BodyError::TooLarge)
     } else {
         if meta.expect_continue && !bodiless {
@@ -248,11 +287,11 @@ async fn respond(
         match h1::read_body(io, buf, meta.framing, limit).await {
             Ok((b, false)) => Ok(b),
             Ok((_, true)) => {
-                close = true;
+                after = After::Drain;
                 Err(BodyError::TooLarge)
             }
             Err(e) if e.kind() == io::ErrorKind::InvalidData => {
-                close = true;
+                after = After::Drain;
                 Err(BodyError::Unreadable(e.to_string()))
             }
             Err(e) => return Err(e), // the caller has gone
@@ -263,7 +302,33 @@ async fn respond(
         a = super::on_call(worker, token, tool, body) => a,
         e = hung_up(io, buf) => return Err(e),
     };
-    Ok((a, close))
+    Ok((a, after))
+}
+
+/// How long, and how much, a closing connection reads and drops of what
+/// its client still sends (see `linger`).
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 4 * 1024 * 1024;
+
+/// Closes a connection whose client may still be sending what the server
+/// did not read (as nginx's lingering close does): the answer goes out with
+/// a FIN, then what arrives is read and dropped for a while. Closed at once,
+/// the kernel would answer the client's next bytes with a reset, which can
+/// destroy the answer before the client has read it.
+async fn linger(io: &mut TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if io.shutdown().await.is_err() {
+        return;
+    }
+    let deadline = tokio::time::Instant::now() + LINGER_TIME;
+    let mut scratch = vec![0u8; 16 * 1024];
+    let mut total = 0;
+    while total < LINGER_BYTES {
+        match tokio::time::timeout_at(deadline, io.read(&mut scratch)).await {
+            Ok(Ok(n)) if n > 0 => total += n,
+            _ => return,
+        }
+    }
 }
 
 /// Ends when the caller hangs up (or its connection fails) while its call
