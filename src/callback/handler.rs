@@ -123,6 +123,10 @@ pub async fn run(ctx: &HandlerContext, call: Invocation<'_>) -> Result<Vec<u8>, 
             let work =
                 http_handler::call(&ctx.upstreams, endpoint, call.body, ctx.max_output_bytes);
             tokio::select! {
+                // The call first: polling the deadline and the stop first
+                // would arm a timer and a waiter for a call that may already
+                // be answered; there is nothing to be fair to.
+                biased;
                 r = work => r,
                 () = tokio::time::sleep_until(call.deadline) => Err(HandlerError::Timeout { budget: call.budget, stopped: false }),
                 () = ctx.hard_stop.cancelled() => Err(HandlerError::ShuttingDown),

@@ -225,7 +225,11 @@ impl CallbackServer {
                     upstreams: Arc::default(),
                     max_output_bytes: settings.max_output_bytes,
                     kill_grace: settings.kill_grace,
-                    hard_stop: shared.hard_stop.clone(),
+                    // A child per worker: every call waits on it, and a
+                    // token's waiters sit behind one lock, which workers
+                    // sharing the token would pass between their CPUs on
+                    // every call. Cancelling the parent cancels them all.
+                    hard_stop: shared.hard_stop.child_token(),
                     tasks: shared.tasks.clone(),
                 }),
             };
