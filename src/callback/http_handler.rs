@@ -726,66 +726,75 @@ mod tests {
         url
     }
 
-    async fn call_with(url: &str, body: Bytes) -> (Result<Vec<u8>, HandlerError>, usize) {
-        let (e, up): (_, Arc<Upstreams>) = (Ok(endpoint(url, None)), Arc::default());
+    /// One call of `body` to a `scripted_server(reply, close)`: its result,
+    /// and how many connections the pool then keeps.
+    async fn scripted_call(
+        reply: fn(&[u8]) -> Vec<u8>,
+        close: bool,
+        body: Bytes,
+    ) -> (Result<Vec<u8>, HandlerError>, usize) {
+        let url = scripted_server(reply, close).await;
+        let (e, up): (_, Arc<Upstreams>) = (Ok(endpoint(&url, None)), Arc::default());
         let r = call(&up, &e, body, 1024 * 1024).await;
         (r, up.idle_count())
     }
 
     #[tokio::test]
     async fn a_chunked_answer_is_decoded_and_its_connection_kept() {
-        let url = scripted_server(
+        let (r, idle) = scripted_call(
             |_| b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n4\r\n{\"a\"\r\n3\r\n:1}\r\n0\r\n\r\n".to_vec(),
             false,
+            Bytes::from_static(b"{}"),
         )
         .await;
-        let (r, idle) = call_with(&url, Bytes::from_static(b"{}")).await;
         assert_eq!(r.unwrap(), br#"{"a":1}"#);
         assert_eq!(idle, 1);
     }
 
     #[tokio::test]
     async fn an_answer_without_a_length_ends_with_its_connection() {
-        let url = scripted_server(
+        let (r, idle) = scripted_call(
             |_| b"HTTP/1.1 200 OK\r\n\r\n{\"until\":\"close\"}".to_vec(),
             true,
+            Bytes::from_static(b"{}"),
         )
         .await;
-        let (r, idle) = call_with(&url, Bytes::from_static(b"{}")).await;
         assert_eq!(r.unwrap(), br#"{"until":"close"}"#);
         assert_eq!(idle, 0, "a connection read to its end is not kept");
     }
 
     #[tokio::test]
     async fn an_interim_answer_is_skipped() {
-        let url = scripted_server(
+        let (r, _) = scripted_call(
             |_| {
                 b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"
                     .to_vec()
             },
             false,
+            Bytes::from_static(b"{}"),
         )
         .await;
-        let (r, _) = call_with(&url, Bytes::from_static(b"{}")).await;
         assert_eq!(r.unwrap(), b"{}");
     }
 
     #[tokio::test]
     async fn a_connection_the_handler_says_it_closes_is_not_kept() {
-        let url = scripted_server(
+        let (r, idle) = scripted_call(
             |_| b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}".to_vec(),
             true,
+            Bytes::from_static(b"{}"),
         )
         .await;
-        let (r, idle) = call_with(&url, Bytes::from_static(b"{}")).await;
         assert_eq!(r.unwrap(), b"{}");
         assert_eq!(idle, 0);
     }
 
     #[tokio::test]
     async fn a_large_body_arrives_whole() {
+        let mut big = vec![b' '; 300 * 1024];
+        *big.last_mut().unwrap() = b'!';
         // The handler answers with the length and the last byte it got.
-        let url = scripted_server(
+        let (r, _) = scripted_call(
             |body| {
                 let out = format!("[{},{}]", body.len(), body.last().copied().unwrap_or(0));
                 format!(
@@ -795,22 +804,20 @@ mod tests {
                 .into_bytes()
             },
             false,
+            Bytes::from(big),
         )
         .await;
-        let mut big = vec![b' '; 300 * 1024];
-        *big.last_mut().unwrap() = b'!';
-        let (r, _) = call_with(&url, Bytes::from(big)).await;
         assert_eq!(r.unwrap(), format!("[{},{}]", 300 * 1024, b'!').as_bytes());
     }
 
     #[tokio::test]
     async fn an_answer_cut_short_is_a_failure_that_says_so() {
-        let url = scripted_server(
+        let (r, idle) = scripted_call(
             |_| b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n{}".to_vec(),
             true,
+            Bytes::from_static(b"{}"),
         )
         .await;
-        let (r, idle) = call_with(&url, Bytes::from_static(b"{}")).await;
         let Err(HandlerError::Failed { detail }) = r else {
             panic!("{r:?}")
         };
