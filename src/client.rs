@@ -204,6 +204,11 @@ impl Client {
             // A 307 (e.g. to a trailing slash) means our route is wrong; we
             // want to see it, not follow it with a changed method.
             .redirect(reqwest::redirect::Policy::none())
+            // A burst of registrations opens up to `max_in_flight`
+            // connections; keeping them all idle afterwards would hold
+            // their buffers and tasks (about 30 KiB each) for nothing,
+            // since an idle sidecar sends one GET per poll.
+            .pool_max_idle_per_host(1)
             .build()
             .map_err(|source| ClientBuildError {
                 url: config.url.clone(),

@@ -158,9 +158,21 @@ fn client_failure(e: &dyn std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// Runs a future on a fresh multi-threaded runtime and maps its result.
+/// Runs a future on a fresh single-threaded runtime and maps its result.
+///
+/// One thread is enough for every command: the daemon's calls run on the
+/// callback server's own worker threads, which leaves the engine, reloads
+/// and the admin endpoint to this one; the stand-in main_server and the
+/// demo are test peers. The work-stealing pool this replaced cost an idle
+/// daemon about 2 MiB of resident memory on two CPUs (BENCHMARKS.md,
+/// "Idle"): a worker thread per CPU, each with its stack and its allocator
+/// heap holding freed memory, and libm, which only its statistics used.
+/// Blocking work (reading manifests) goes to `spawn_blocking`.
 fn block_on(fut: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
-    let runtime = match tokio::runtime::Runtime::new() {
+    let built = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let runtime = match built {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("neko-sidecar: cannot start the async runtime: {e}");
