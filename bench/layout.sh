@@ -30,8 +30,11 @@ for c in valgrind curl jq python3 nm; do
     command -v "$c" >/dev/null || die "$c is missing"
 done
 if [ "${BENCH_SKIP_BUILD:-0}" != 1 ]; then
-    log "building release: neko-sidecar and bench_handler"
-    cargo build --release --quiet --bin neko-sidecar --example bench_handler
+    log "building release: bench_handler, then neko-sidecar by itself"
+    # Apart: the example's dev-dependencies would change the daemon's
+    # features (bench/run.sh says more).
+    cargo build --release --quiet --example bench_handler
+    cargo build --release --quiet --bin neko-sidecar
 fi
 OUT=$ROOT/link/text-layout.ld
 

@@ -140,11 +140,16 @@ build() {
     if [ "${BENCH_SKIP_BUILD:-0}" = 1 ]; then
         log "skipping the build (BENCH_SKIP_BUILD=1)"
     else
-        log "building release: neko-sidecar and the bench examples"
-        cargo build --release --quiet --bin neko-sidecar \
+        log "building release: the bench examples, then neko-sidecar by itself"
+        cargo build --release --quiet \
             --example bench_handler --example bench_burst --example bench_registry \
             --example bench_restart --example bench_edit --example bench_sigterm \
             --example engine_restart_bench --example soak_calls
+        # Cargo builds one feature set per command, and the examples' dev-
+        # dependencies turn on tokio's rt-multi-thread, which the daemon
+        # leaves out (with libm): built apart, it is the binary `cargo
+        # install` makes (BENCHMARKS.md, "Idle").
+        cargo build --release --quiet --bin neko-sidecar
     fi
     for b in "$BIN" "$EX"/bench_{handler,burst,registry,restart,edit,sigterm} "$EX/engine_restart_bench" "$EX/soak_calls"; do
         [ -x "$b" ] || die "$b is missing: build first"

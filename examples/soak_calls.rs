@@ -6,7 +6,7 @@
 //! time from /proc.
 //!
 //! ```sh
-//! cargo build --release --bin neko-sidecar --example soak_calls
+//! cargo build --release --example soak_calls && cargo build --release --bin neko-sidecar
 //! target/release/examples/soak_calls calls   # 100,000 calls at concurrency 64
 //! target/release/examples/soak_calls slow    # 1,000 concurrent calls of a 1 s handler
 //! target/release/examples/soak_calls idle    # 100 tools, default 5 s poll, CPU over 300 s
@@ -144,7 +144,7 @@ fn sidecar_bin() -> Result<PathBuf> {
     let bin = dir.join("neko-sidecar");
     if !bin.exists() {
         bail!(
-            "{} is missing: cargo build --release --bin neko-sidecar --example soak_calls",
+            "{} is missing: cargo build --release --bin neko-sidecar (by itself: built with an example, it gets the examples' features)",
             bin.display()
         );
     }
