@@ -15,13 +15,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/run.sh"
 [ $# -gt 0 ] || die "give one or more daemon binaries"
 command -v valgrind >/dev/null || die "valgrind is missing (apt-get install valgrind)"
 C=${C:-1}; D=${D:-5}
-start_bg handler "$EX/bench_handler" --listen 127.0.0.1:0 --max-seconds 1800
-for i in $(seq 100); do
-    hp=$(sed -n 's/^listening on 127.0.0.1://p' "$WORK/handler.log" 2>/dev/null) || true
-    [ -n "$hp" ] && break
-    sleep 0.05
-done
-DIRECT=http://127.0.0.1:$hp/w
+start_handler
 k=0
 for b in "$@"; do
     k=$((k + 1))

@@ -38,13 +38,8 @@ if [ "${BENCH_SKIP_BUILD:-0}" != 1 ]; then
 fi
 OUT=$ROOT/link/text-layout.ld
 
-start_bg handler "$EX/bench_handler" --listen 127.0.0.1:0 --max-seconds 600
-for i in $(seq 100); do
-    hp=$(sed -n 's/^listening on 127.0.0.1://p' "$WORK/handler.log" 2>/dev/null) || true
-    [ -n "$hp" ] && break
-    sleep 0.05
-done
-[ -n "$hp" ] || die "the bench handler did not start"
+start_handler 600
+hp=$HP
 start_devserver
 
 # Benchmark 9's 100 tools, an http and an exec tool to call, and the
@@ -70,19 +65,7 @@ for i in $(seq -w 0 99); do
     printf '[[tool]]\nname = "soak_%s"\ndescription = "Echoes q (tool %s)"\ntimeout_seconds = 30\nhandler = { type = "http", url = "http://127.0.0.1:%s/w" }\nparameters = { type = "object", required = ["q"], properties = { q = { type = "string" } } }\n\n' \
         "$i" "$i" "$hp"
 done >"$AGENT/tools.d/soak.toml"
-cat >"$AGENT/tools.d/bench.toml" <<EOF
-[[tool]]
-name = "w"
-description = "The benchmark's fast http handler."
-handler = { type = "http", url = "http://127.0.0.1:$hp/w" }
-parameters = { type = "object", properties = { city = { type = "string" } }, required = ["city"] }
-
-[[tool]]
-name = "e"
-description = "The benchmark's exec handler."
-handler = { type = "exec", command = ["$ROOT/bench/handlers/envelope.sh"] }
-parameters = { type = "object", properties = { city = { type = "string" } }, required = ["city"] }
-EOF
+write_bench_tools "$AGENT/tools.d/bench.toml"
 
 CG=$WORK/cg.out
 log "starting the daemon under callgrind"

@@ -268,20 +268,49 @@ callback_url() {
     die "tool $1 never showed up in GET /api/tools"
 }
 
+# Starts the fast http handler (examples/bench_handler.rs) and waits for
+# its port: sets HP and DIRECT (its /w URL). Benchmarks 1-2, callgrind.sh
+# and layout.sh call the same handler this way.
+start_handler() {
+    local i
+    HP=
+    start_bg handler "$EX/bench_handler" --listen 127.0.0.1:0 --max-seconds "${1:-1800}"
+    for i in $(seq 100); do
+        HP=$(sed -n 's/^listening on 127.0.0.1://p' "$WORK/handler.log" 2>/dev/null) || true
+        [ -n "$HP" ] && break
+        sleep 0.05
+    done
+    [ -n "$HP" ] || die "the bench handler did not start"
+    DIRECT=http://127.0.0.1:$HP/w
+}
+
+# Writes the benchmark's two tools to FILE: `w`, the fast http handler at
+# $DIRECT, and `e`, the exec handler bench/handlers/envelope.sh.
+write_bench_tools() {
+    cat >"$1" <<EOF
+[[tool]]
+name = "w"
+description = "The weather of a city (a fixed answer: the benchmark's fast http handler)."
+handler = { type = "http", url = "$DIRECT" }
+parameters = { type = "object", properties = { city = { type = "string" } }, required = ["city"] }
+
+[[tool]]
+name = "e"
+description = "The benchmark's exec handler: a shell script run per call."
+handler = { type = "exec", command = ["$ROOT/bench/handlers/envelope.sh"] }
+parameters = { type = "object", properties = { city = { type = "string" } }, required = ["city"] }
+EOF
+}
+
 bench_http_and_exec() {
     log "1+2: starting the handler, nginx, webhook, the stand-in and the daemon"
     : >"$RAW/http.txt"
     : >"$RAW/exec.txt"
     # The fast handler.
     local hp np wp i
-    start_bg handler "$EX/bench_handler" --listen 127.0.0.1:0 --max-seconds 1800
-    for i in $(seq 100); do
-        hp=$(sed -n 's/^listening on 127.0.0.1://p' "$WORK/handler.log" 2>/dev/null) || true
-        [ -n "$hp" ] && break
-        sleep 0.05
-    done
-    wait_http "http://127.0.0.1:$hp/w" handler
-    DIRECT=http://127.0.0.1:$hp/w
+    start_handler
+    hp=$HP
+    wait_http "$DIRECT" handler
 
     # nginx as a reverse proxy with a keep-alive upstream.
     np=$(free_port)
@@ -351,19 +380,7 @@ listen = ""
 [log]
 level = "warn"
 EOF
-    cat >"$WORK/agent/tools.d/bench.toml" <<EOF
-[[tool]]
-name = "w"
-description = "The weather of a city (a fixed answer: the benchmark's fast http handler)."
-handler = { type = "http", url = "$DIRECT" }
-parameters = { type = "object", properties = { city = { type = "string" } }, required = ["city"] }
-
-[[tool]]
-name = "e"
-description = "The benchmark's exec handler: a shell script run per call."
-handler = { type = "exec", command = ["$ROOT/bench/handlers/envelope.sh"] }
-parameters = { type = "object", properties = { city = { type = "string" } }, required = ["city"] }
-EOF
+    write_bench_tools "$WORK/agent/tools.d/bench.toml"
     start_bg sidecar "$BIN" run --config "$WORK/agent/agent.toml"
     SIDECAR_PID=$LAST_PID
     SIDECAR_URL=$(callback_url w)
