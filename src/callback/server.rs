@@ -34,6 +34,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use http::StatusCode;
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 use tokio_util::sync::CancellationToken;
@@ -282,7 +283,7 @@ async fn respond(
         Err(BodyError::TooLarge)
     } else {
         if meta.expect_continue && !bodiless {
-            io_write_all(io, b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+            io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
         }
         match h1::read_body(io, buf, meta.framing, limit).await {
             Ok((b, false)) => Ok(b),
@@ -316,7 +317,7 @@ const LINGER_BYTES: usize = 4 * 1024 * 1024;
 /// the kernel would answer the client's next bytes with a reset, which can
 /// destroy the answer before the client has read it.
 async fn linger(io: &mut TcpStream) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncReadExt;
     if io.shutdown().await.is_err() {
         return;
     }
@@ -358,10 +359,6 @@ async fn hung_up(io: &TcpStream, buf: &mut BytesMut) -> io::Error {
     }
 }
 
-async fn io_write_all(io: &mut TcpStream, bytes: &[u8]) -> io::Result<()> {
-    tokio::io::AsyncWriteExt::write_all(io, bytes).await
-}
-
 /// Writes `a`, head and body in one write.
 async fn write_answer(
     io: &mut TcpStream,
@@ -388,7 +385,7 @@ async fn write_answer(
     push_date(out);
     out.extend_from_slice(b"\r\n\r\n");
     out.extend_from_slice(&a.body);
-    let r = io_write_all(io, out).await;
+    let r = io.write_all(out).await;
     // A buffer grown by a large answer is not kept with the connection.
     if out.capacity() > 64 * 1024 {
         *out = Vec::new();
