@@ -46,6 +46,9 @@ pub struct CallbackConfig {
     pub listen: SocketAddr,
     /// Larger callback bodies are refused with 413.
     pub max_body_bytes: usize,
+    /// Worker threads of the callback server; 0 means one per CPU the
+    /// process may use, at most `callback::MAX_WORKERS`.
+    pub workers: usize,
 }
 
 /// Limits for local handlers.
@@ -227,15 +230,28 @@ fn build(
     });
 
     let callback = section(&mut top, "callback", |r| {
-        r.deny_unknown(&["listen", "max_body_bytes"]);
+        r.deny_unknown(&["listen", "max_body_bytes", "workers"]);
         let listen = match r.string("listen") {
             Some((s, sp)) => validate_listen(r, "[callback]", &s, &sp),
             None => default_listen(),
         };
         let max_body_bytes = byte_limit(r, "max_body_bytes", 1 << 20);
+        let max = crate::callback::MAX_WORKERS as i64;
+        let workers = match r.integer("workers") {
+            Some((n, _)) if (0..=max).contains(&n) => n as usize,
+            Some((n, sp)) => {
+                r.error(
+                    &sp,
+                    format!("`workers` is {n}: allowed values are 0 (one per CPU, at most {max}) to {max}"),
+                );
+                0
+            }
+            None => 0,
+        };
         CallbackConfig {
             listen,
             max_body_bytes,
+            workers,
         }
     });
 
@@ -675,6 +691,19 @@ mod tests {
         assert!(e[2].contains("`backoff_initial` (1m) is larger than `backoff_max` (1s)"));
         assert!(e[3].contains("`max_in_flight` is 0: allowed values are 1 to 1024"));
         assert!(e[4].contains("allowed values are \"text\" and \"json\""));
+    }
+
+    #[test]
+    fn callback_workers_default_to_one_per_cpu_and_are_bounded() {
+        assert_eq!(parse_ok("source = \"plugin:w\"\n").callback.workers, 0);
+        let c = parse_ok("source = \"plugin:w\"\n[callback]\nworkers = 2\n");
+        assert_eq!(c.callback.workers, 2);
+        let e = errors("source = \"plugin:w\"\n[callback]\nworkers = 9\n");
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].starts_with("a.toml:3:11: error: `workers` is 9: allowed values are 0 (one per CPU, at most 4) to 4"),
+            "{e:?}"
+        );
     }
 
     #[test]

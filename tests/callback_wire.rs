@@ -11,6 +11,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::post;
 use callback_support::*;
+use neko_sidecar::callback::CallbackSettings;
 use neko_sidecar::callback::Outcome;
 use serde_json::{Value as Json, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -301,4 +302,54 @@ async fn a_caller_hanging_up_abandons_its_http_call() {
     drop(s);
     let abandoned = || sc.handle.stats().tools["slow"].count(Outcome::Abandoned) == 1;
     assert!(wait_until(Duration::from_secs(10), abandoned).await);
+}
+
+/// A client that opens many kept-alive connections at once (wrk, a
+/// connection pool) gets them spread over the worker threads, not all on
+/// whichever worker woke first: a worker's count grows at the accept, so
+/// a worker that accepted a backlog in one go still leaves its share.
+#[tokio::test]
+async fn a_burst_of_connections_is_spread_over_the_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = CallbackSettings {
+        workers: 2,
+        ..settings()
+    };
+    let sc = Sidecar::start_with(&state(dir.path(), ECHO), settings).await;
+    let addr = split(&sc.handle.url_for("echo")).0;
+    const N: usize = 64;
+    // Connected from another thread as fast as it can, so that the
+    // connections queue up while the workers sleep.
+    let conns = tokio::task::spawn_blocking(move || {
+        (0..N)
+            .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    let h = sc.handle.clone();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            h.connections_per_worker().iter().sum::<usize>() == N
+        })
+        .await,
+        "not all {N} connections were accepted: {:?}",
+        sc.handle.connections_per_worker()
+    );
+    let per = sc.handle.connections_per_worker();
+    assert_eq!(per.len(), 2);
+    let (lo, hi) = (*per.iter().min().unwrap(), *per.iter().max().unwrap());
+    // Two workers may each check the count and then accept at once, so
+    // the spread can pass the rule's "one above the least" by a little.
+    assert!(hi - lo <= 4, "connections per worker: {per:?}");
+    // And a closed connection is counted out.
+    drop(conns);
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            h.connections_per_worker().iter().sum::<usize>() == 0
+        })
+        .await,
+        "closed connections still counted: {:?}",
+        sc.handle.connections_per_worker()
+    );
 }

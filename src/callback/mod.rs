@@ -67,7 +67,7 @@ pub mod stats;
 pub mod validate;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -96,7 +96,8 @@ pub const FORCED_STOP_GRACE: Duration = Duration::from_millis(500);
 /// mostly wait for handlers, and a few threads saturate loopback.
 pub const MAX_WORKERS: usize = 4;
 
-/// How many worker threads to run: one per CPU the process may use.
+/// How many worker threads to run by default: one per CPU the process may
+/// use.
 fn worker_count() -> usize {
     std::thread::available_parallelism()
         .map_or(1, |n| n.get())
@@ -113,6 +114,8 @@ pub struct CallbackSettings {
     pub max_output_bytes: usize,
     /// Between SIGTERM and SIGKILL for an exec handler past its deadline.
     pub kill_grace: Duration,
+    /// Worker threads; 0 means one per CPU (at most [`MAX_WORKERS`]).
+    pub workers: usize,
 }
 
 impl CallbackSettings {
@@ -121,6 +124,7 @@ impl CallbackSettings {
             max_body_bytes: callback.max_body_bytes,
             max_output_bytes: handlers.max_output_bytes,
             kill_grace: handlers.kill_grace,
+            workers: callback.workers,
         }
     }
 }
@@ -198,7 +202,10 @@ impl CallbackServer {
     ) -> Result<CallbackHandle, CallbackError> {
         let addr = listener.local_addr().map_err(CallbackError::LocalAddr)?;
         let token = new_token()?;
-        let workers = worker_count();
+        let workers = match settings.workers {
+            0 => worker_count(),
+            n => n.min(MAX_WORKERS),
+        };
         let shared = Arc::new(Shared {
             token,
             routes: RwLock::new(Arc::new(RouteTable::default())),
@@ -290,6 +297,16 @@ impl CallbackHandle {
     /// `http://IP:PORT` of the listener (IPv6 in brackets), no trailing slash.
     pub fn base_url(&self) -> &str {
         &self.base_url
+    }
+
+    /// How many callback connections each worker thread holds open now
+    /// (for tests and diagnostics: the spread `server::over_share` keeps).
+    pub fn connections_per_worker(&self) -> Vec<usize> {
+        self.shared
+            .open_connections
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .collect()
     }
 
     /// The `callback_url` to register for `tool`. Tool names are

@@ -19,6 +19,7 @@ pub fn settings() -> CallbackSettings {
         max_body_bytes: 64 * 1024,
         max_output_bytes: 64 * 1024,
         kill_grace: Duration::from_millis(500),
+        workers: 0,
     }
 }
 
