@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates every figure of BENCHMARKS.md on this machine.
 #
-#   bench/run.sh            # the full run (about 7.5 minutes after the build)
+#   bench/run.sh            # the full run (about 9 minutes after the build)
 #   BENCH_QUICK=1 bench/run.sh   # a smoke run: short and few rounds (figures not for publishing)
 #
 # It installs its Debian peers (nginx, webhook, wrk, curl, jq) when they are
@@ -15,7 +15,7 @@
 # every process started here is stopped on exit.
 #
 # Knobs (environment): BENCH_DURATION (wrk seconds per run, default 5),
-# BENCH_ROUNDS (interleaved wrk rounds, default 3), BENCH_RESTARTS (20),
+# BENCH_ROUNDS (interleaved wrk rounds, default 5), BENCH_RESTARTS (20),
 # BENCH_EDITS (20), BENCH_STOPS (10), BENCH_SOAK_CALLS (100000),
 # BENCH_IDLE_SECS (120), BENCH_SKIP_BUILD=1, BENCH_QUICK=1,
 # BENCH_ONLY="1 3" (run only those benchmarks; 1 and 2 run together; the
@@ -31,7 +31,7 @@ if [ "$QUICK" = 1 ]; then
     RESTARTS=${BENCH_RESTARTS:-3}; EDITS=${BENCH_EDITS:-3}; STOPS=${BENCH_STOPS:-2}
     SOAK_CALLS=${BENCH_SOAK_CALLS:-20000}; IDLE_SECS=${BENCH_IDLE_SECS:-5}; IDLE_SETTLE=5
 else
-    DUR=${BENCH_DURATION:-5}; ROUNDS=${BENCH_ROUNDS:-3}
+    DUR=${BENCH_DURATION:-5}; ROUNDS=${BENCH_ROUNDS:-5}
     RESTARTS=${BENCH_RESTARTS:-20}; EDITS=${BENCH_EDITS:-20}; STOPS=${BENCH_STOPS:-10}
     SOAK_CALLS=${BENCH_SOAK_CALLS:-100000}; IDLE_SECS=${BENCH_IDLE_SECS:-120}; IDLE_SETTLE=30
 fi
@@ -400,10 +400,17 @@ EOF
         wrk_run "" warm "$DIRECT" "$c" 1 w
         wrk_run "" warm "$NGINX_URL" "$c" 1 w
         wrk_run "" warm "$SIDECAR_URL" "$c" 1 w
+        # The proxies take turns going first, so that neither always
+        # runs in the other's wake (a machine-wide slow spell, caches).
         for r in $(seq "$ROUNDS"); do
             wrk_run http direct "$DIRECT" "$c" "$DUR" w
-            wrk_run http nginx "$NGINX_URL" "$c" "$DUR" w "${nginx_pids[@]}"
-            wrk_run http sidecar "$SIDECAR_URL" "$c" "$DUR" w "$SIDECAR_PID"
+            if [ $((r % 2)) = 1 ]; then
+                wrk_run http nginx "$NGINX_URL" "$c" "$DUR" w "${nginx_pids[@]}"
+                wrk_run http sidecar "$SIDECAR_URL" "$c" "$DUR" w "$SIDECAR_PID"
+            else
+                wrk_run http sidecar "$SIDECAR_URL" "$c" "$DUR" w "$SIDECAR_PID"
+                wrk_run http nginx "$NGINX_URL" "$c" "$DUR" w "${nginx_pids[@]}"
+            fi
         done
     done
     log "2: exec handler, $ROUNDS interleaved rounds of ${DUR}s per path and concurrency"
@@ -431,7 +438,8 @@ called (a) directly, (b) through nginx \`proxy_pass\` with a keep-alive upstream
 (c) through the real \`neko-sidecar run\` at the callback URL read from the
 stand-in's \`GET /api/tools\` (arguments validated against the schema, answer
 wrapped: the real path). Load: \`wrk -t1 -c1\` and \`wrk -t2 -c64\`,
-${DUR} s per run, ${ROUNDS} rounds interleaved direct → nginx → sidecar,
+${DUR} s per run, ${ROUNDS} rounds interleaved (direct, then nginx and the
+sidecar taking turns to go first),
 median over rounds; wrk, nginx, the handler and the daemon share the same cores.
 
 \`\`\`
@@ -471,6 +479,19 @@ EOF
         SUMMARY+=("| 1. http handler, concurrency $c (issue 5) | added p50 ≤ nginx's, req/s ≥ nginx's | added p50 $add_s µs vs nginx $add_n µs; req/s ÷ nginx $rr | $ok |")
     done
     echo
+    echo "Round by round (the same round's runs side by side), req/s sidecar ÷ nginx:"
+    echo
+    for c in 1 64; do
+        echo "- concurrency $c: $(per_round_ratio http nginx sidecar "$c" rps)"
+    done
+    echo
+}
+
+# per_round_ratio FILE A B C KEY → "x, y, ..." (B's KEY ÷ A's, round by round)
+per_round_ratio() {
+    paste -d' ' <(grep "^$2 c=$4 " "$RAW/$1.txt" | grep -o "$5=[0-9.]*" | cut -d= -f2) \
+        <(grep "^$3 c=$4 " "$RAW/$1.txt" | grep -o "$5=[0-9.]*" | cut -d= -f2) |
+        awk '{ printf "%s%.2f", (NR > 1 ? ", " : ""), $2 / $1 }'
 }
 
 report_exec() {
