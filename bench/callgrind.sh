@@ -7,6 +7,8 @@
 #
 #   bench/callgrind.sh target/release/neko-sidecar [OTHER_BUILD ...]
 #   C=64 D=5 bench/callgrind.sh ...      # concurrency (1), seconds (5)
+#   KEEP_CG=DIR bench/callgrind.sh ...   # keep the profiles in DIR, for
+#                                        # callgrind_annotate --inclusive=yes
 #
 # Needs valgrind, wrk, curl, jq, and the release bench_handler example.
 # Prints one line per build: NAME c=C calls=N Ir/call=X.
@@ -34,5 +36,6 @@ for b in "$@"; do
     sleep 0.5
     ir=$(for f in "$WORK/cg$k.out".*; do grep -m1 '^summary:' "$f" | awk '{print $2}'; done | sort -g | tail -1)
     echo "$(basename "$b") c=$C calls=$n Ir/call=$((ir / n))"
+    if [ -n "${KEEP_CG:-}" ]; then cp "$WORK/cg$k.out".* "$KEEP_CG/"; fi
     stop_bg "$pid"
 done
