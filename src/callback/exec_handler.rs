@@ -256,7 +256,9 @@ fn signal_name(s: i32) -> &'static str {
 
 /// Reads at most `limit` bytes; the flag says there was more.
 async fn read_bounded(r: impl AsyncRead + Unpin, limit: usize) -> std::io::Result<(Vec<u8>, bool)> {
-    let mut buf = Vec::new();
+    // Room for a usual answer from the start: `read_to_end` on an empty
+    // Vec reads 32 bytes first, so even a short answer took three reads.
+    let mut buf = Vec::with_capacity(limit.saturating_add(1).min(8192));
     let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
     r.take(cap).read_to_end(&mut buf).await?;
     if buf.len() > limit {
