@@ -163,6 +163,7 @@ macro_rules! fixtures {
 fixtures! {
     // Tool names.
     name_invalid_characters,
+    name_dot_segment,
     name_length,
     name_with_dot_warns,
     name_missing_or_not_a_string,

@@ -165,7 +165,9 @@ fn read_tool(
 
     let name = match r.string("name") {
         Some((n, sp)) => {
-            if valid_name(&n) {
+            if n == "." || n == ".." {
+                r.error(&sp, format!("tool name \"{n}\" is not allowed: HTTP clients resolve a path segment \"{n}\" away (RFC 3986 dot segments), so main_server could never reach its callback URL; add a letter or digit"));
+            } else if valid_name(&n) {
                 r.what = format!("tool `{n}`");
                 if n.contains('.') {
                     r.warning(
@@ -289,9 +291,13 @@ fn read_tool(
     })
 }
 
-/// `[A-Za-z0-9_.\-]{1,64}`: the SDK's rule, since names go into URL paths.
+/// `[A-Za-z0-9_.\-]{1,64}`: the SDK's rule, since names go into URL paths;
+/// but not `.` or `..`, which URL clients resolve away (RFC 3986 dot
+/// segments): `/cb/TOKEN/..` is sent as `/cb/`.
 pub fn valid_name(n: &str) -> bool {
-    (1..=64).contains(&n.len())
+    n != "."
+        && n != ".."
+        && (1..=64).contains(&n.len())
         && n.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
