@@ -22,9 +22,7 @@ k=0
 for b in "$@"; do
     k=$((k + 1))
     start_devserver
-    mkdir -p "$WORK/agent$k/tools.d"
-    printf 'source = "plugin:bench"\nmanifest_dirs = ["tools.d"]\n[main_server]\nurl = "%s"\n[callback]\nlisten = "127.0.0.1:0"\n[admin]\nlisten = ""\n[log]\nlevel = "warn"\n' "$DS" >"$WORK/agent$k/agent.toml"
-    printf '[[tool]]\nname = "w"\ndescription = "d"\nhandler = { type = "http", url = "%s" }\nparameters = { type = "object", properties = { city = { type = "string" } }, required = ["city"] }\n' "$DIRECT" >"$WORK/agent$k/tools.d/bench.toml"
+    write_bench_agent "$WORK/agent$k"
     start_bg "sidecar$k" valgrind --tool=callgrind --callgrind-out-file="$WORK/cg$k.out" "$b" run --config "$WORK/agent$k/agent.toml"
     pid=$LAST_PID
     url=$(callback_url w)

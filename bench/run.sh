@@ -302,6 +302,25 @@ parameters = { type = "object", properties = { city = { type = "string" } }, req
 EOF
 }
 
+# Writes DIR/agent.toml (the stand-in at $DS, a callback port of its own,
+# no admin endpoint, warnings only) and the benchmark's tools in DIR/tools.d.
+write_bench_agent() {
+    mkdir -p "$1/tools.d"
+    cat >"$1/agent.toml" <<EOF
+source = "plugin:bench"
+manifest_dirs = ["tools.d"]
+[main_server]
+url = "$DS"
+[callback]
+listen = "127.0.0.1:0"
+[admin]
+listen = ""
+[log]
+level = "warn"
+EOF
+    write_bench_tools "$1/tools.d/bench.toml"
+}
+
 bench_http_and_exec() {
     log "1+2: starting the handler, nginx, webhook, the stand-in and the daemon"
     : >"$RAW/http.txt"
@@ -367,20 +386,7 @@ EOF
 
     # The stand-in main_server and the real daemon with both tools.
     start_devserver
-    mkdir -p "$WORK/agent/tools.d"
-    cat >"$WORK/agent/agent.toml" <<EOF
-source = "plugin:bench"
-manifest_dirs = ["tools.d"]
-[main_server]
-url = "$DS"
-[callback]
-listen = "127.0.0.1:0"
-[admin]
-listen = ""
-[log]
-level = "warn"
-EOF
-    write_bench_tools "$WORK/agent/tools.d/bench.toml"
+    write_bench_agent "$WORK/agent"
     start_bg sidecar "$BIN" run --config "$WORK/agent/agent.toml"
     SIDECAR_PID=$LAST_PID
     SIDECAR_URL=$(callback_url w)

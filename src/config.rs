@@ -236,18 +236,14 @@ fn build(
             None => default_listen(),
         };
         let max_body_bytes = byte_limit(r, "max_body_bytes", 1 << 20);
-        let max = crate::callback::MAX_WORKERS as i64;
-        let workers = match r.integer("workers") {
-            Some((n, _)) if (0..=max).contains(&n) => n as usize,
-            Some((n, sp)) => {
-                r.error(
-                    &sp,
-                    format!("`workers` is {n}: allowed values are 0 (one per CPU, at most {max}) to {max}"),
-                );
-                0
-            }
-            None => 0,
-        };
+        let max = crate::callback::MAX_WORKERS;
+        let workers = integer_in(
+            r,
+            "workers",
+            0..=max as i64,
+            0,
+            &format!("0 (one per CPU, at most {max}) to {max}"),
+        );
         CallbackConfig {
             listen,
             max_body_bytes,
@@ -291,17 +287,7 @@ fn build(
                 ),
             );
         }
-        let max_in_flight = match r.integer("max_in_flight") {
-            Some((n, _)) if (1..=1024).contains(&n) => n as usize,
-            Some((n, sp)) => {
-                r.error(
-                    &sp,
-                    format!("`max_in_flight` is {n}: allowed values are 1 to 1024"),
-                );
-                16
-            }
-            None => 16,
-        };
+        let max_in_flight = integer_in(r, "max_in_flight", 1..=1024, 16, "1 to 1024");
         let conflict_policy = match r.string("conflict_policy") {
             Some((s, _)) if s == "yield" => ConflictPolicy::Yield,
             Some((s, _)) if s == "reclaim" => ConflictPolicy::Reclaim,
@@ -431,15 +417,28 @@ fn positive(r: &mut TableReader<'_, '_>, key: &str, default: Duration) -> Durati
 }
 
 fn byte_limit(r: &mut TableReader<'_, '_>, key: &str, default: usize) -> usize {
+    integer_in(
+        r,
+        key,
+        1024..=(256 << 20),
+        default,
+        "1024 to 268435456 bytes (1 KiB to 256 MiB)",
+    )
+}
+
+/// The integer `key` within `range` (`default` when absent); out of it, an
+/// error saying `allowed`.
+fn integer_in(
+    r: &mut TableReader<'_, '_>,
+    key: &str,
+    range: std::ops::RangeInclusive<i64>,
+    default: usize,
+    allowed: &str,
+) -> usize {
     match r.integer(key) {
-        Some((n, _)) if (1024..=(256 << 20)).contains(&n) => n as usize,
+        Some((n, _)) if range.contains(&n) => n as usize,
         Some((n, sp)) => {
-            r.error(
-                &sp,
-                format!(
-                    "`{key}` is {n}: allowed values are 1024 to 268435456 bytes (1 KiB to 256 MiB)"
-                ),
-            );
+            r.error(&sp, format!("`{key}` is {n}: allowed values are {allowed}"));
             default
         }
         None => default,

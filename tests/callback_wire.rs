@@ -19,10 +19,28 @@ use tokio::net::TcpStream;
 
 const ECHO: &str = "[[tool]]\nname = \"echo\"\ndescription = \"d\"\nhandler = { type = \"exec\", command = [\"cat\"] }\n";
 
-async fn echo_sidecar() -> (tempfile::TempDir, Sidecar) {
+/// A sidecar with the `echo` tool (running while this lives), and the
+/// address and path of the tool's callback URL.
+struct Echo {
+    _dir: tempfile::TempDir,
+    _sc: Sidecar,
+    addr: String,
+    path: String,
+}
+
+/// An echo sidecar and a connection to it.
+async fn echo_connection() -> (Echo, TcpStream) {
     let dir = tempfile::tempdir().unwrap();
     let sc = Sidecar::start(&state(dir.path(), ECHO)).await;
-    (dir, sc)
+    let (addr, path) = split(&sc.handle.url_for("echo"));
+    let s = TcpStream::connect(&addr).await.unwrap();
+    let echo = Echo {
+        _dir: dir,
+        _sc: sc,
+        addr,
+        path,
+    };
+    (echo, s)
 }
 
 /// The address and path of a callback URL.
@@ -80,20 +98,22 @@ async fn read_answer(s: &mut TcpStream, buf: &mut Vec<u8>) -> Answer {
                 .find(|(n, _)| n == "content-length")
                 .map_or(0, |(_, v)| v.parse().unwrap());
             while buf.len() < end + 4 + len {
-                let mut chunk = [0u8; 4096];
-                let n = s.read(&mut chunk).await.unwrap();
-                assert!(n > 0, "the connection closed in the middle of an answer");
-                buf.extend_from_slice(&chunk[..n]);
+                read_more(s, buf, "the connection closed in the middle of an answer").await;
             }
             let body = buf[end + 4..end + 4 + len].to_vec();
             buf.drain(..end + 4 + len);
             return Answer { status, head, body };
         }
-        let mut chunk = [0u8; 4096];
-        let n = s.read(&mut chunk).await.unwrap();
-        assert!(n > 0, "the connection closed before an answer");
-        buf.extend_from_slice(&chunk[..n]);
+        read_more(s, buf, "the connection closed before an answer").await;
     }
+}
+
+/// Appends what `s` sends next to `buf`; its end is a failure, `why`.
+async fn read_more(s: &mut TcpStream, buf: &mut Vec<u8>, why: &str) {
+    let mut chunk = [0u8; 4096];
+    let n = s.read(&mut chunk).await.unwrap();
+    assert!(n > 0, "{why}");
+    buf.extend_from_slice(&chunk[..n]);
 }
 
 /// Whether the server closes `s` (reads to the end with nothing more).
@@ -111,11 +131,10 @@ fn call(word: &str) -> String {
 
 #[tokio::test]
 async fn a_connection_carries_call_after_call_and_pipelined_calls_in_order() {
-    let (_d, sc) = echo_sidecar().await;
-    let (addr, path) = split(&sc.handle.url_for("echo"));
-    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let (echo, mut s) = echo_connection().await;
+    let path = &echo.path;
     let mut buf = Vec::new();
-    s.write_all(request(&path, "", &call("one")).as_bytes())
+    s.write_all(request(path, "", &call("one")).as_bytes())
         .await
         .unwrap();
     let a = read_answer(&mut s, &mut buf).await;
@@ -125,7 +144,7 @@ async fn a_connection_carries_call_after_call_and_pipelined_calls_in_order() {
     // Three at once, in one write: three answers, in order.
     let three: String = ["two", "three", "four"]
         .iter()
-        .map(|w| request(&path, "", &call(w)))
+        .map(|w| request(path, "", &call(w)))
         .collect();
     s.write_all(three.as_bytes()).await.unwrap();
     for w in ["two", "three", "four"] {
@@ -136,10 +155,9 @@ async fn a_connection_carries_call_after_call_and_pipelined_calls_in_order() {
 
 #[tokio::test]
 async fn an_answer_says_its_type_length_and_date() {
-    let (_d, sc) = echo_sidecar().await;
-    let (addr, path) = split(&sc.handle.url_for("echo"));
-    let mut s = TcpStream::connect(&addr).await.unwrap();
-    s.write_all(request(&path, "", &call("x")).as_bytes())
+    let (echo, mut s) = echo_connection().await;
+    let path = &echo.path;
+    s.write_all(request(path, "", &call("x")).as_bytes())
         .await
         .unwrap();
     let a = read_answer(&mut s, &mut Vec::new()).await;
@@ -157,11 +175,10 @@ async fn an_answer_says_its_type_length_and_date() {
 
 #[tokio::test]
 async fn expect_100_continue_is_answered_before_the_body_is_sent() {
-    let (_d, sc) = echo_sidecar().await;
-    let (addr, path) = split(&sc.handle.url_for("echo"));
-    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let (echo, mut s) = echo_connection().await;
+    let path = &echo.path;
     let body = call("waited");
-    let full = request(&path, "expect: 100-continue\r\n", &body);
+    let full = request(path, "expect: 100-continue\r\n", &body);
     let head_len = full.len() - body.len();
     s.write_all(&full.as_bytes()[..head_len]).await.unwrap();
     let mut buf = Vec::new();
@@ -175,10 +192,9 @@ async fn expect_100_continue_is_answered_before_the_body_is_sent() {
 
 #[tokio::test]
 async fn an_http_1_0_call_is_answered_and_the_connection_closed() {
-    let (_d, sc) = echo_sidecar().await;
-    let (addr, path) = split(&sc.handle.url_for("echo"));
-    let mut s = TcpStream::connect(&addr).await.unwrap();
-    let req = request(&path, "", &call("old")).replacen("HTTP/1.1", "HTTP/1.0", 1);
+    let (echo, mut s) = echo_connection().await;
+    let path = &echo.path;
+    let req = request(path, "", &call("old")).replacen("HTTP/1.1", "HTTP/1.0", 1);
     s.write_all(req.as_bytes()).await.unwrap();
     let a = read_answer(&mut s, &mut Vec::new()).await;
     assert_eq!(a.status, 200);
@@ -188,19 +204,18 @@ async fn an_http_1_0_call_is_answered_and_the_connection_closed() {
 
 #[tokio::test]
 async fn a_head_that_is_not_http_gets_400_and_a_huge_one_431() {
-    let (_d, sc) = echo_sidecar().await;
-    let (addr, path) = split(&sc.handle.url_for("echo"));
-    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let (echo, mut s) = echo_connection().await;
+    let path = &echo.path;
     s.write_all(b"HELLO THERE\r\n\r\n").await.unwrap();
     let a = read_answer(&mut s, &mut Vec::new()).await;
     assert_eq!(a.status, 400);
     assert!(closed(&mut s).await);
 
-    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let mut s = TcpStream::connect(&echo.addr).await.unwrap();
     let padding = format!("x-pad: {}\r\n", "p".repeat(70 * 1024));
     // The server may answer before it has read all of this.
     let _ = s
-        .write_all(request(&path, &padding, &call("x")).as_bytes())
+        .write_all(request(path, &padding, &call("x")).as_bytes())
         .await;
     let a = read_answer(&mut s, &mut Vec::new()).await;
     assert_eq!(a.status, 431);
@@ -208,12 +223,11 @@ async fn a_head_that_is_not_http_gets_400_and_a_huge_one_431() {
 
 #[tokio::test]
 async fn two_different_lengths_get_400() {
-    let (_d, sc) = echo_sidecar().await;
-    let (addr, path) = split(&sc.handle.url_for("echo"));
-    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let (echo, mut s) = echo_connection().await;
+    let path = &echo.path;
     let body = call("x");
     let req = request(
-        &path,
+        path,
         &format!("content-length: {}\r\n", body.len() + 1),
         &body,
     );
@@ -229,11 +243,10 @@ async fn two_different_lengths_get_400() {
 /// drops the rest instead of resetting the connection under it.
 #[tokio::test]
 async fn a_refused_body_can_be_sent_in_full_and_the_answer_read() {
-    let (_d, sc) = echo_sidecar().await;
-    let (addr, path) = split(&sc.handle.url_for("echo"));
-    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let (echo, mut s) = echo_connection().await;
+    let path = &echo.path;
     let half = " ".repeat(1024 * 1024);
-    let req = request(&path, "", &format!("{half}{half}"));
+    let req = request(path, "", &format!("{half}{half}"));
     s.write_all(&req.as_bytes()[..req.len() - half.len()])
         .await
         .unwrap();
@@ -254,9 +267,8 @@ async fn a_refused_body_can_be_sent_in_full_and_the_answer_read() {
 /// with another request.
 #[tokio::test]
 async fn a_length_beside_chunked_is_ignored_and_the_connection_closed() {
-    let (_d, sc) = echo_sidecar().await;
-    let (addr, path) = split(&sc.handle.url_for("echo"));
-    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let (echo, mut s) = echo_connection().await;
+    let path = &echo.path;
     let body = call("smuggled");
     let req = format!(
         "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 3\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
@@ -327,12 +339,9 @@ async fn a_burst_of_connections_is_spread_over_the_workers() {
     })
     .await
     .unwrap();
-    let h = sc.handle.clone();
+    let total = || sc.handle.connections_per_worker().iter().sum::<usize>();
     assert!(
-        wait_until(Duration::from_secs(10), || {
-            h.connections_per_worker().iter().sum::<usize>() == N
-        })
-        .await,
+        wait_until(Duration::from_secs(10), || total() == N).await,
         "not all {N} connections were accepted: {:?}",
         sc.handle.connections_per_worker()
     );
@@ -345,10 +354,7 @@ async fn a_burst_of_connections_is_spread_over_the_workers() {
     // And a closed connection is counted out.
     drop(conns);
     assert!(
-        wait_until(Duration::from_secs(10), || {
-            h.connections_per_worker().iter().sum::<usize>() == 0
-        })
-        .await,
+        wait_until(Duration::from_secs(10), || total() == 0).await,
         "closed connections still counted: {:?}",
         sc.handle.connections_per_worker()
     );

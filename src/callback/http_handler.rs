@@ -135,8 +135,9 @@ impl Endpoint {
     }
 
     /// The request carrying `body`: the head, with the body behind it when
-    /// it is small (one buffer, one write).
-    fn request(&self, body: &Bytes) -> Vec<u8> {
+    /// it is small (one buffer, one write), and what of the body is still
+    /// to be written after it (all of it when large, nothing when small).
+    fn request<'b>(&self, body: &'b Bytes) -> (Vec<u8>, &'b [u8]) {
         let small = body.len() <= COPY_BODY_BYTES;
         let mut wire =
             Vec::with_capacity(self.head.len() + 24 + if small { body.len() } else { 0 });
@@ -145,8 +146,10 @@ impl Endpoint {
         wire.extend_from_slice(b"\r\n\r\n");
         if small {
             wire.extend_from_slice(body);
+            (wire, &[])
+        } else {
+            (wire, body)
         }
-        wire
     }
 }
 
@@ -355,13 +358,6 @@ impl Upstreams {
     }
 }
 
-/// The head of a handler's answer.
-struct Head {
-    status: u16,
-    framing: Framing,
-    close: bool,
-}
-
 /// POSTs `body` to the endpoint and returns the 2xx answer's body.
 pub async fn call(
     upstreams: &Arc<Upstreams>,
@@ -377,12 +373,7 @@ pub async fn call(
             });
         }
     };
-    let wire = e.request(&body);
-    let rest: &[u8] = if body.len() <= COPY_BODY_BYTES {
-        &[] // the body is in `wire`
-    } else {
-        &body
-    };
+    let (wire, rest) = e.request(&body);
     let mut conn = send(upstreams, e, &wire, rest).await?;
     let failed = |err: io::Error| HandlerError::Failed {
         detail: format!("{}: {}", e.target, err),
@@ -395,7 +386,7 @@ pub async fn call(
         let start = h1::read_body(
             &mut conn.io,
             &mut conn.buf,
-            head.framing,
+            head.meta.framing,
             STATUS_BODY_CHARS * 4,
         )
         .await
@@ -410,15 +401,22 @@ pub async fn call(
             body_start: text.trim().to_string(),
         });
     }
-    if matches!(head.framing, Framing::Length(n) if n > max_output_bytes as u64) {
+    if matches!(head.meta.framing, Framing::Length(n) if n > max_output_bytes as u64) {
         return Err(HandlerError::OutputTooLarge {
             limit: max_output_bytes,
         });
     }
-    match h1::read_body(&mut conn.io, &mut conn.buf, head.framing, max_output_bytes).await {
+    match h1::read_body(
+        &mut conn.io,
+        &mut conn.buf,
+        head.meta.framing,
+        max_output_bytes,
+    )
+    .await
+    {
         Ok((b, false)) => {
             // Read to its end: the connection may serve the next call.
-            if !head.close {
+            if !head.meta.close {
                 upstreams.give_back(e, conn);
             }
             Ok(b.into())
@@ -476,7 +474,7 @@ async fn write_request(io: &mut Stream, wire: &[u8], rest: &[u8]) -> io::Result<
 }
 
 /// Reads the answer's head, skipping interim (1xx) answers.
-async fn read_head(conn: &mut Conn) -> io::Result<Head> {
+async fn read_head(conn: &mut Conn) -> io::Result<h1::ResponseHead> {
     loop {
         match h1::parse_response(&conn.buf) {
             Ok(Some(head)) => {
@@ -484,11 +482,7 @@ async fn read_head(conn: &mut Conn) -> io::Result<Head> {
                 if (100..200).contains(&head.status) && head.status != 101 {
                     continue;
                 }
-                return Ok(Head {
-                    status: head.status,
-                    framing: head.meta.framing,
-                    close: head.meta.close,
-                });
+                return Ok(head);
             }
             Ok(None) => {
                 if h1::fill(&mut conn.io, &mut conn.buf).await? == 0 {
@@ -586,47 +580,18 @@ mod tests {
     /// A plain HTTP/1.1 server counting its connections; with `close`, it
     /// closes each connection after one answer, without saying so first.
     async fn counting_server(close: bool) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/w", listener.local_addr().unwrap());
-        let count = Arc::new(AtomicUsize::new(0));
-        let seen = count.clone();
-        tokio::spawn(async move {
-            loop {
-                let (mut s, _) = listener.accept().await.unwrap();
-                seen.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let mut buf = Vec::new();
-                    let mut chunk = [0u8; 4096];
-                    loop {
-                        let n = s.read(&mut chunk).await.unwrap_or(0);
-                        if n == 0 {
-                            return;
-                        }
-                        buf.extend_from_slice(&chunk[..n]);
-                        // Every test request is `{}`: the head, then 2 bytes.
-                        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                            continue;
-                        };
-                        if buf.len() < end + 4 + 2 {
-                            continue;
-                        }
-                        buf.drain(..end + 6);
-                        let body = r#"{"output":1,"is_error":false}"#;
-                        let head =
-                            format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
-                        s.write_all(format!("{head}{body}").as_bytes())
-                            .await
-                            .unwrap();
-                        if close {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
-        (url, count)
+        scripted_server(
+            |_| {
+                let body = r#"{"output":1,"is_error":false}"#;
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .into_bytes()
+            },
+            close,
+        )
+        .await
     }
 
     /// One call of `{}` to `e` through the pool `up`.
@@ -680,14 +645,21 @@ mod tests {
     }
 
     /// A server answering each request with `reply(body)`, closing the
-    /// connection after it when `close`.
-    async fn scripted_server(reply: fn(&[u8]) -> Vec<u8>, close: bool) -> String {
+    /// connection after it when `close`; it counts its connections.
+    async fn scripted_server(
+        reply: fn(&[u8]) -> Vec<u8>,
+        close: bool,
+    ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/w", listener.local_addr().unwrap());
+        let count = Arc::new(AtomicUsize::new(0));
+        let seen = count.clone();
         tokio::spawn(async move {
             loop {
                 let (mut s, _) = listener.accept().await.unwrap();
+                seen.fetch_add(1, Ordering::SeqCst);
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     let mut chunk = vec![0u8; 64 * 1024];
@@ -723,7 +695,7 @@ mod tests {
                 });
             }
         });
-        url
+        (url, count)
     }
 
     /// One call of `body` to a `scripted_server(reply, close)`: its result,
@@ -733,7 +705,7 @@ mod tests {
         close: bool,
         body: Bytes,
     ) -> (Result<Vec<u8>, HandlerError>, usize) {
-        let url = scripted_server(reply, close).await;
+        let (url, _) = scripted_server(reply, close).await;
         let (e, up): (_, Arc<Upstreams>) = (Ok(endpoint(&url, None)), Arc::default());
         let r = call(&up, &e, body, 1024 * 1024).await;
         (r, up.idle_count())
@@ -831,14 +803,15 @@ mod tests {
     #[test]
     fn the_request_carries_host_content_type_and_length() {
         let e = endpoint("http://localhost:8080/w", None);
-        let wire = e.request(&Bytes::from_static(b"{}"));
+        let (wire, _) = e.request(&Bytes::from_static(b"{}"));
         assert_eq!(
             String::from_utf8(wire).unwrap(),
             "POST /w HTTP/1.1\r\nhost: localhost:8080\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
         );
         // A large body is not copied behind the head.
         let big = Bytes::from(vec![b' '; COPY_BODY_BYTES + 1]);
-        let wire = e.request(&big);
+        let (wire, rest) = e.request(&big);
+        assert_eq!(rest.len(), big.len());
         assert!(
             String::from_utf8(wire)
                 .unwrap()

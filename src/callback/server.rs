@@ -29,7 +29,6 @@
 use std::cell::RefCell;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
@@ -43,7 +42,7 @@ use tokio_util::task::TaskTracker;
 
 use super::envelope::Envelope;
 use super::h1::{self, Framing, HeadError};
-use super::{Shared, Worker, limits};
+use super::{Worker, limits};
 
 /// After an accept error (out of descriptors, mostly), the pause before
 /// the next accept, so the loop does not spin while nothing can be done.
@@ -57,24 +56,19 @@ const REBALANCE_PAUSE: Duration = Duration::from_millis(2);
 /// a whole backlog before its tasks run, and a count that lagged behind
 /// let one worker take all of a client's 64 connections (`over_share`
 /// never saw them).
-struct Open {
-    shared: Arc<Shared>,
-    index: usize,
-}
+struct Open(Worker);
 
 impl Open {
     fn new(worker: &Worker) -> Self {
         worker.shared.open_connections[worker.index].fetch_add(1, Ordering::Relaxed);
-        Self {
-            shared: worker.shared.clone(),
-            index: worker.index,
-        }
+        Self(worker.clone())
     }
 }
 
 impl Drop for Open {
     fn drop(&mut self) {
-        self.shared.open_connections[self.index].fetch_sub(1, Ordering::Relaxed);
+        let Worker { shared, index, .. } = &self.0;
+        shared.open_connections[*index].fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -138,11 +132,9 @@ pub fn serve_on(
             // Answers are written whole, at once: no Nagle delay.
             let _ = stream.set_nodelay(true);
             let open = Open::new(&worker);
-            let worker = worker.clone();
             let stop = stop.clone();
             connections.spawn(async move {
-                let _open = open;
-                if let Err(e) = serve_connection(&worker, stream, peer, &stop).await {
+                if let Err(e) = serve_connection(&open.0, stream, peer, &stop).await {
                     tracing::debug!(%peer, error = %e, "a callback connection ended with an error");
                 }
             });
@@ -184,27 +176,22 @@ async fn serve_connection(
                 return Ok(()); // the client is done
             }
         };
-        let head = match head {
-            Ok(h) => h,
+        let (answer, after) = match head {
+            Ok(head) => {
+                let bytes = buf.split_to(head.len).freeze();
+                match respond(worker, &mut io, &mut buf, peer, &bytes, &head).await? {
+                    (a, After::Next) if stop.is_cancelled() => (a, After::Close),
+                    r => r,
+                }
+            }
+            // What follows an unreadable head cannot be framed: drained.
             Err(e) => {
                 let status = match e {
                     HeadError::TooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
                     HeadError::Malformed(_) => StatusCode::BAD_REQUEST,
                 };
-                let a = text(status, format!("{e}\n"));
-                write_answer(&mut io, &mut out, &a, true).await?;
-                tokio::select! {
-                    () = linger(&mut io) => {}
-                    () = &mut stopped => {}
-                }
-                return Ok(());
+                (text(status, format!("{e}\n")), After::Drain)
             }
-        };
-        let bytes = buf.split_to(head.len).freeze();
-        let (answer, after) = respond(worker, &mut io, &mut buf, peer, &bytes, &head).await?;
-        let after = match after {
-            After::Next if stop.is_cancelled() => After::Close,
-            a => a,
         };
         write_answer(&mut io, &mut out, &answer, after != After::Next).await?;
         match after {
@@ -247,6 +234,12 @@ async fn respond(
     let meta = head.meta;
     // Whether the request's body (not read for these answers) is absent.
     let bodiless = matches!(meta.framing, Framing::Empty | Framing::Length(0));
+    // What becomes of the connection when the request was read whole.
+    let read_whole = if meta.close {
+        After::Close
+    } else {
+        After::Next
+    };
     if !limits::peer_allowed(peer) {
         shared.rejections.count_forbidden();
         tracing::warn!(%peer, "refused a callback from a non-loopback peer");
@@ -274,21 +267,10 @@ async fn respond(
             &e,
         );
         a.allow_post = routed.is_some();
-        let after = if !bodiless {
-            After::Drain
-        } else if meta.close {
-            After::Close
-        } else {
-            After::Next
-        };
-        return Ok((a, after));
+        return Ok((a, if bodiless { read_whole } else { After::Drain }));
     };
     let limit = shared.max_body_bytes;
-    let mut after = if meta.close {
-        After::Close
-    } else {
-        After::Next
-    };
+    let mut after = read_whole;
     let body = if matches!(meta.framing, Framing::Length(n) if n > limit as u64) {
         // Not read at all: the connection closes after the answer.
         after = After::Drain;

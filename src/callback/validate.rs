@@ -77,33 +77,15 @@ impl<'de> serde::Deserialize<'de> for FastRequest {
         use serde::de::{MapAccess, Visitor};
 
         /// A key, decoded, sorted into the four the call reads and others.
+        #[derive(serde::Deserialize)]
+        #[serde(field_identifier, rename_all = "snake_case")]
         enum Key {
             Name,
             Arguments,
             CallId,
             RawArguments,
+            #[serde(other)]
             Other,
-        }
-        impl<'de> serde::Deserialize<'de> for Key {
-            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                struct V;
-                impl Visitor<'_> for V {
-                    type Value = Key;
-                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                        f.write_str("a string")
-                    }
-                    fn visit_str<E>(self, s: &str) -> Result<Key, E> {
-                        Ok(match s {
-                            "name" => Key::Name,
-                            "arguments" => Key::Arguments,
-                            "call_id" => Key::CallId,
-                            "raw_arguments" => Key::RawArguments,
-                            _ => Key::Other,
-                        })
-                    }
-                }
-                d.deserialize_str(V)
-            }
         }
 
         /// A JSON string or null, read (escapes and all) and dropped.

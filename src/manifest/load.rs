@@ -165,9 +165,9 @@ fn read_tool(
 
     let name = match r.string("name") {
         Some((n, sp)) => {
-            if n == "." || n == ".." {
-                r.error(&sp, format!("tool name \"{n}\" is not allowed: HTTP clients resolve a path segment \"{n}\" away (RFC 3986 dot segments), so main_server could never reach its callback URL; add a letter or digit"));
-            } else if valid_name(&n) {
+            if let Some(why) = name_problem(&n) {
+                r.error(&sp, format!("tool name \"{n}\" is not allowed: {why}"));
+            } else {
                 r.what = format!("tool `{n}`");
                 if n.contains('.') {
                     r.warning(
@@ -175,8 +175,6 @@ fn read_tool(
                         format!("tool name `{n}` contains `.`: some model providers accept only A-Z a-z 0-9 _ - in tool names, so prefer `{}`", n.replace('.', "_")),
                     );
                 }
-            } else {
-                r.error(&sp, format!("tool name \"{n}\" is not allowed: use 1 to 64 characters from A-Z a-z 0-9 _ . - (main_server puts names in URL paths)"));
             }
             Some(n)
         }
@@ -295,11 +293,24 @@ fn read_tool(
 /// but not `.` or `..`, which URL clients resolve away (RFC 3986 dot
 /// segments): `/cb/TOKEN/..` is sent as `/cb/`.
 pub fn valid_name(n: &str) -> bool {
-    n != "."
-        && n != ".."
-        && (1..=64).contains(&n.len())
+    name_problem(n).is_none()
+}
+
+/// What is wrong with tool name `n`, for the error message; `None` if
+/// nothing is.
+fn name_problem(n: &str) -> Option<String> {
+    if n == "." || n == ".." {
+        return Some(format!(
+            "HTTP clients resolve a path segment \"{n}\" away (RFC 3986 dot segments), so main_server could never reach its callback URL; add a letter or digit"
+        ));
+    }
+    let ok = (1..=64).contains(&n.len())
         && n.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    (!ok).then(|| {
+        "use 1 to 64 characters from A-Z a-z 0-9 _ . - (main_server puts names in URL paths)"
+            .to_string()
+    })
 }
 
 fn read_parameters(
