@@ -321,17 +321,11 @@ EOF
     write_bench_tools "$1/tools.d/bench.toml"
 }
 
-bench_http_and_exec() {
-    log "1+2: starting the handler, nginx, webhook, the stand-in and the daemon"
-    : >"$RAW/http.txt"
-    : >"$RAW/exec.txt"
-    # The fast handler.
-    local hp np wp i
-    start_handler
-    hp=$HP
-    wait_http "$DIRECT" handler
-
-    # nginx as a reverse proxy with a keep-alive upstream.
+# start_nginx UPSTREAM_PORT: nginx as a reverse proxy to 127.0.0.1:PORT with
+# a keep-alive upstream (the baseline of benchmark 1 and of placement.sh);
+# sets NGINX_URL (its /w URL) and NGINX_PIDS (the master, then its workers).
+start_nginx() {
+    local np master
     np=$(free_port)
     mkdir -p "$WORK/nginx/tmp"
     cat >"$WORK/nginx/nginx.conf" <<EOF
@@ -348,7 +342,7 @@ http {
     uwsgi_temp_path $WORK/nginx/tmp/uwsgi;
     scgi_temp_path $WORK/nginx/tmp/scgi;
     upstream handler {
-        server 127.0.0.1:$hp;
+        server 127.0.0.1:$1;
         keepalive 128;
     }
     server {
@@ -362,11 +356,23 @@ http {
 }
 EOF
     start_bg nginx "$NGINX" -p "$WORK/nginx" -e "$WORK/nginx/error.log" -c "$WORK/nginx/nginx.conf"
-    local nginx_pid=$LAST_PID
-    wait_http "http://127.0.0.1:$np/w" nginx
-    local nginx_pids
-    read -r -a nginx_pids <<<"$nginx_pid $(children "$nginx_pid" | tr '\n' ' ')"
+    master=$LAST_PID
     NGINX_URL=http://127.0.0.1:$np/w
+    wait_http "$NGINX_URL" nginx
+    read -r -a NGINX_PIDS <<<"$master $(children "$master" | tr '\n' ' ')"
+}
+
+bench_http_and_exec() {
+    log "1+2: starting the handler, nginx, webhook, the stand-in and the daemon"
+    : >"$RAW/http.txt"
+    : >"$RAW/exec.txt"
+    # The fast handler.
+    local wp i
+    start_handler
+    wait_http "$DIRECT" handler
+
+    # nginx as a reverse proxy with a keep-alive upstream.
+    start_nginx "$HP"
 
     # webhook running the exec handler, the body passed as its argument.
     wp=$(free_port)
@@ -411,11 +417,11 @@ EOF
         for r in $(seq "$ROUNDS"); do
             wrk_run http direct "$DIRECT" "$c" "$DUR" w
             if [ $((r % 2)) = 1 ]; then
-                wrk_run http nginx "$NGINX_URL" "$c" "$DUR" w "${nginx_pids[@]}"
+                wrk_run http nginx "$NGINX_URL" "$c" "$DUR" w "${NGINX_PIDS[@]}"
                 wrk_run http sidecar "$SIDECAR_URL" "$c" "$DUR" w "$SIDECAR_PID"
             else
                 wrk_run http sidecar "$SIDECAR_URL" "$c" "$DUR" w "$SIDECAR_PID"
-                wrk_run http nginx "$NGINX_URL" "$c" "$DUR" w "${nginx_pids[@]}"
+                wrk_run http nginx "$NGINX_URL" "$c" "$DUR" w "${NGINX_PIDS[@]}"
             fi
         done
     done
