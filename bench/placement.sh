@@ -10,6 +10,7 @@
 #   PLACEMENTS="free" bench/placement.sh   # only some placements
 #   HANDLER_THREADS=1 bench/placement.sh   # the handler on one tokio worker
 #   HAPROXY=1 bench/placement.sh           # HAProxy (Debian's) as a third proxy
+#   BENCH_HALT_POLL_NS=200000 bench/placement.sh   # idle vCPUs poll first (see run.sh)
 #
 # Placements, as CPU lists for proxy:handler:wrk (P, H and W below):
 #   PH-W   0:0:1      the proxy and the handler share CPU 0, wrk on CPU 1
@@ -41,6 +42,7 @@ if [ "${HAPROXY:-0}" = 1 ] && ! command -v haproxy >/dev/null; then
     $sudo apt-get update -qq
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null
 fi
+set_halt_poll
 RAW=$WORK   # wrk_run's lines stay in this run's scratch directory
 
 cpus_of() { # placement -> "proxy handler wrk" CPU lists
@@ -137,7 +139,7 @@ for r in $(seq "$R"); do
 done
 
 echo "wrk -t1 -c1, $R rounds of $D s; handler worker threads: ${HANDLER_THREADS:-one per CPU};"
-echo "$(nproc) CPUs, cpuidle $(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null || echo '?'), kernel $(uname -r)"
+echo "$(nproc) CPUs, $(idle_policy), kernel $(uname -r)"
 echo
 head="| placement (proxy:handler:wrk CPUs) | nginx req/s | sidecar req/s | sidecar ÷ nginx, round by round | median |"
 rule="|---|---|---|---|---|"

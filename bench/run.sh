@@ -19,7 +19,14 @@
 # BENCH_EDITS (20), BENCH_STOPS (10), BENCH_SOAK_CALLS (100000),
 # BENCH_IDLE_SECS (120), BENCH_SKIP_BUILD=1, BENCH_QUICK=1,
 # BENCH_ONLY="1 3" (run only those benchmarks; 1 and 2 run together; the
-# result goes to bench/results/partial/, BENCHMARKS.md is left alone).
+# result goes to bench/results/partial/, BENCHMARKS.md is left alone),
+# BENCH_HALT_POLL_NS.
+#
+# BENCH_HALT_POLL_NS=N: in a VM guest whose idle driver is cpuidle-haltpoll,
+# idle vCPUs poll for up to N ns before halting, for the run (restored on
+# exit; needs root). The kernel's default is 200000; the machine of the
+# figures boots with 0, where every wake-up of an idle vCPU costs 25-30 us
+# and decides concurrency 1 (BENCHMARKS.md, "Concurrency 1").
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -69,6 +76,7 @@ cleanup() {
         wait "$p" 2>/dev/null || true
     done
     rm -rf "$WORK"
+    if [ -n "${HALT_POLL_WAS:-}" ]; then echo "$HALT_POLL_WAS" >"$HALT_POLL" || true; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -157,6 +165,28 @@ build() {
 }
 
 # -------------------------------------------------------------- machine ---
+HALT_POLL=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+
+# Applies BENCH_HALT_POLL_NS, if given (see the top of this file).
+set_halt_poll() {
+    [ -n "${BENCH_HALT_POLL_NS:-}" ] || return 0
+    [ -w "$HALT_POLL" ] || die "BENCH_HALT_POLL_NS needs a writable $HALT_POLL (cpuidle-haltpoll, as root)"
+    HALT_POLL_WAS=$(cat "$HALT_POLL")
+    echo "$BENCH_HALT_POLL_NS" >"$HALT_POLL"
+    log "idle vCPUs poll for up to $BENCH_HALT_POLL_NS ns before halting (was $HALT_POLL_WAS)"
+}
+
+# How an idle CPU waits: the cpuidle driver, and its halt polling if any.
+idle_policy() {
+    local driver
+    driver=$(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null || echo none)
+    if [ -r "$HALT_POLL" ]; then
+        echo "cpuidle $driver, guest_halt_poll_ns $(cat "$HALT_POLL")"
+    else
+        echo "cpuidle $driver"
+    fi
+}
+
 record_machine() {
     # 1,000 simultaneous calls need about 2,000 descriptors in the daemon.
     local hard
@@ -173,6 +203,7 @@ record_machine() {
 | commit | \`$commit\`$dirty |
 | CPU | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores online |
 | kernel | $(uname -srm) |
+| idle CPUs | $(idle_policy) |
 | load average at start | $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) |
 | open files limit | $(ulimit -Sn) |
 | tools | $(rustc --version | cut -d' ' -f1-2), $("$NGINX" -v 2>&1 | cut -d' ' -f3), wrk $(wrk -v 2>&1 | head -1 | cut -d' ' -f2), webhook $(webhook -version | awk '{print $3}') |
@@ -838,6 +869,7 @@ main() {
     local t0=$SECONDS
     install_peers
     build
+    set_halt_poll
     record_machine
     mkdir -p "$RAW"
     rm -f "$RAW"/*.txt
