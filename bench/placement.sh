@@ -11,6 +11,7 @@
 #   HANDLER_THREADS=1 bench/placement.sh   # the handler on one tokio worker
 #   HAPROXY=1 bench/placement.sh           # HAProxy (Debian's) as a third proxy
 #   BENCH_HALT_POLL_NS=200000 bench/placement.sh   # idle vCPUs poll first (see run.sh)
+#   NGINX_KEEPALIVE_REQUESTS=10000000 bench/placement.sh  # nginx never reconnects
 #
 # Placements, as CPU lists for proxy:handler:wrk (P, H and W below):
 #   PH-W   0:0:1      the proxy and the handler share CPU 0, wrk on CPU 1

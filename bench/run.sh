@@ -355,6 +355,9 @@ EOF
 # start_nginx UPSTREAM_PORT: nginx as a reverse proxy to 127.0.0.1:PORT with
 # a keep-alive upstream (the baseline of benchmark 1 and of placement.sh);
 # sets NGINX_URL (its /w URL) and NGINX_PIDS (the master, then its workers).
+# nginx closes an upstream connection after 1000 requests by default (so
+# the handler sees a new connection every 1000 calls; the sidecar keeps its
+# own); NGINX_KEEPALIVE_REQUESTS changes that (BENCHMARKS.md, "Concurrency 1").
 start_nginx() {
     local np master
     np=$(free_port)
@@ -375,6 +378,7 @@ http {
     upstream handler {
         server 127.0.0.1:$1;
         keepalive 128;
+        keepalive_requests ${NGINX_KEEPALIVE_REQUESTS:-1000};
     }
     server {
         listen 127.0.0.1:$np;
