@@ -36,13 +36,7 @@ for b in "$BIN" "$EX/bench_handler"; do
     [ -x "$b" ] || die "$b is missing: run bench/run.sh once, or cargo build --release --example bench_handler and then --bin neko-sidecar"
 done
 install_peers
-if [ "${HAPROXY:-0}" = 1 ] && ! command -v haproxy >/dev/null; then
-    sudo=
-    [ "$(id -u)" -eq 0 ] || sudo=sudo
-    log "installing haproxy"
-    $sudo apt-get update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null
-fi
+if [ "${HAPROXY:-0}" = 1 ] && ! command -v haproxy >/dev/null; then apt_install haproxy; fi
 set_halt_poll
 RAW=$WORK   # wrk_run's lines stay in this run's scratch directory
 

@@ -127,6 +127,16 @@ goal() { awk -v x="$1" -v lim="$2" 'BEGIN { print (x <= lim) ? "met" : "**not me
 kv() { grep -m1 "^$2=" "$1" | cut -d= -f2-; }
 
 # ---------------------------------------------------------------- peers ---
+# apt_install PKG...: installs the Debian packages given (none: nothing).
+apt_install() {
+    [ $# -gt 0 ] || return 0
+    local sudo=
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    log "installing $*"
+    $sudo apt-get update -qq
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
 install_peers() {
     local need=()
     command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx)
@@ -134,13 +144,7 @@ install_peers() {
     command -v wrk >/dev/null || need+=(wrk)
     command -v curl >/dev/null || need+=(curl)
     command -v jq >/dev/null || need+=(jq)
-    if [ ${#need[@]} -gt 0 ]; then
-        local sudo=
-        [ "$(id -u)" -eq 0 ] || sudo=sudo
-        log "installing ${need[*]}"
-        $sudo apt-get update -qq
-        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-    fi
+    apt_install "${need[@]}"
     NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 }
 
