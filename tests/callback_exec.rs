@@ -192,3 +192,82 @@ async fn invalid_arguments_never_start_the_process() {
     assert_eq!(success(&sc.call("t", json!({"n": 5})).await), "ok");
     assert!(dir.path().join("ran").exists());
 }
+
+/// Calls a tool whose handler is `sh -c SCRIPT` (a 20 s budget) and whose
+/// background `sleep` writes its pid to bg.pid; returns the answer, how
+/// long it took, and that pid.
+async fn call_with_a_background_job(
+    script: &str,
+) -> (Sidecar, (u16, serde_json::Value), Duration, u32) {
+    let dir = tempfile::tempdir().unwrap();
+    let command = serde_json::to_string(&["sh", "-c", script]).unwrap();
+    let toml = format!(
+        "[[tool]]\nname = \"t\"\ndescription = \"d\"\ntimeout_seconds = 20\nhandler = {{ type = \"exec\", command = {command} }}\n"
+    );
+    let sc = Sidecar::start(&state(dir.path(), &toml)).await;
+    let started = std::time::Instant::now();
+    let answer = sc.call("t", json!({})).await;
+    let took = started.elapsed();
+    let bg = std::fs::read_to_string(dir.path().join("bg.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    (sc, answer, took, bg)
+}
+
+#[tokio::test]
+async fn a_handler_whose_background_job_holds_stdout_is_answered_when_it_exits() {
+    // As a new user writes it: the job inherits stdout and keeps the pipe
+    // open for 300 s after the handler has answered and exited.
+    let (sc, answer, took, bg) = call_with_a_background_job(
+        r#"sleep 300 & echo $! > bg.pid; echo '{"output":"hi","is_error":false}'"#,
+    )
+    .await;
+    assert_eq!(success(&answer), "hi");
+    assert!(
+        took < Duration::from_secs(5),
+        "answered after {took:?} of 20 s"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || process_gone(bg)).await,
+        "the background job {bg} is still running"
+    );
+    assert_eq!(sc.handle.stats().tools["t"].count(Outcome::Ok), 1);
+}
+
+#[tokio::test]
+async fn a_background_job_holding_stdout_that_ignores_sigterm_is_killed() {
+    let (_sc, answer, took, bg) =
+        call_with_a_background_job(r#"trap '' TERM; sleep 300 & echo $! > bg.pid; echo hi"#).await;
+    assert_eq!(success(&answer), "hi");
+    assert!(
+        took < Duration::from_secs(5),
+        "answered after {took:?} of 20 s"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || process_gone(bg)).await,
+        "the background job {bg} is still running"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_handler_whose_background_job_holds_stdout_reports_its_exit() {
+    let (sc, answer, took, bg) =
+        call_with_a_background_job("sleep 300 & echo $! > bg.pid; echo 'no database' >&2; exit 4")
+            .await;
+    let msg = failure(&answer, "HANDLER_EXIT");
+    assert_eq!(
+        msg,
+        "the handler exited with status 4; its stderr ended with:\nno database"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "answered after {took:?} of 20 s"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || process_gone(bg)).await,
+        "the background job {bg} is still running"
+    );
+    assert_eq!(sc.handle.stats().tools["t"].count(Outcome::HandlerExit), 1);
+}

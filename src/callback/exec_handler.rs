@@ -9,8 +9,12 @@
 //! stopped and the child reaped: a call never leaves a zombie or a
 //! straggler behind. A handler stopped early (deadline, too much output)
 //! gets SIGTERM, then SIGKILL after `kill_grace`, in a background task the
-//! drain waits for, so the answer is not delayed by the grace. The answer's
-//! shape is decided in `envelope`, not here.
+//! drain waits for, so the answer is not delayed by the grace. The answer
+//! is the handler's exit, not the end of its stdout: a background job it
+//! started may hold stdout open, so once the handler has exited its output
+//! gets `OUTPUT_SETTLE` to close and what was read by then is the answer
+//! (the job is stopped like a handler stopped early). The answer's shape is
+//! decided in `envelope`, not here.
 
 use std::io::ErrorKind;
 use std::process::{ExitStatus, Stdio};
@@ -19,7 +23,8 @@ use std::time::Duration;
 
 use rustix::process::{Pid, Signal, kill_process_group};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, Command};
+use tokio::process::{Child, ChildStdout, Command};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::handler::{HandlerContext, HandlerError, Invocation};
@@ -31,9 +36,12 @@ const STDERR_TAIL_BYTES: usize = 2048;
 const LOG_LINE_BYTES: usize = 1024;
 /// How much of stdout is quoted when a failing handler wrote no stderr.
 const STDOUT_QUOTE_BYTES: usize = 300;
-/// After the handler exits, how long its stderr may still take to close
-/// (a grandchild may hold it); the tail read so far is used after that.
-const STDERR_SETTLE: Duration = Duration::from_millis(200);
+/// After the handler exits, how long its stdout and stderr may still take
+/// to close; what was read by then is used. A handler's own output is in
+/// the pipe when it exits, so only a process it started that still holds
+/// the pipe (`sleep 300 &`) makes this wait its whole length: without it
+/// such a handler would be answered only at its deadline, as a timeout.
+const OUTPUT_SETTLE: Duration = Duration::from_millis(200);
 
 /// Runs the handler for one call.
 pub async fn call(
@@ -101,7 +109,7 @@ pub async fn call(
         .stderr
         .take()
         .map(|s| tokio::spawn(log_stderr(s, tool.to_string(), tail.clone())));
-    let Some(stdout) = child.stdout.take() else {
+    let Some(mut stdout) = child.stdout.take() else {
         stop(&mut child, group, Duration::ZERO, &ctx.hard_stop).await;
         return Err(HandlerError::Failed {
             detail: "the handler's stdout was not captured".into(),
@@ -109,22 +117,60 @@ pub async fn call(
     };
 
     enum End {
-        Finished(std::io::Result<(Vec<u8>, bool, ExitStatus)>),
+        /// The handler exited at `at`. `held`: its stdout was still open
+        /// `OUTPUT_SETTLE` later, so something it started holds it.
+        Exited {
+            status: ExitStatus,
+            at: Instant,
+            held: bool,
+        },
+        TooLarge,
+        Broken(std::io::Error),
         TimedOut,
         Stopped,
     }
+    // Outside the read so that a read cut short by the settle keeps what
+    // it had.
+    let mut out = Vec::new();
     let end = {
         let work = async {
-            let (out, over) = read_bounded(stdout, ctx.max_output_bytes).await?;
-            if over {
-                // Do not wait for a process that may block on a full pipe.
-                return Ok((out, true, ExitStatus::default()));
+            let read = read_bounded(&mut stdout, ctx.max_output_bytes, &mut out);
+            tokio::pin!(read);
+            let status = tokio::select! {
+                // The end of stdout first: the usual handler closes it by
+                // exiting, and then pays no settle at all.
+                biased;
+                r = &mut read => {
+                    if r? {
+                        // Do not wait for a process that may block on a
+                        // full pipe.
+                        return Ok(End::TooLarge);
+                    }
+                    let status = child.wait().await?;
+                    return Ok(End::Exited { status, at: Instant::now(), held: false });
+                }
+                s = child.wait() => s?,
+            };
+            let at = Instant::now();
+            // The handler has exited; what it wrote is in the pipe, and the
+            // pipe ends as soon as nothing else holds it.
+            match tokio::time::timeout_at(at + OUTPUT_SETTLE, &mut read).await {
+                Ok(Ok(true)) => Ok(End::TooLarge),
+                Ok(Ok(false)) => Ok(End::Exited {
+                    status,
+                    at,
+                    held: false,
+                }),
+                Ok(Err(e)) => Err(e),
+                Err(_) => Ok(End::Exited {
+                    status,
+                    at,
+                    held: true,
+                }),
             }
-            let status = child.wait().await?;
-            Ok((out, false, status))
         };
         tokio::select! {
-            r = work => End::Finished(r),
+            r = work => r.unwrap_or_else(End::Broken),
             () = tokio::time::sleep_until(call.deadline) => End::TimedOut,
             () = ctx.hard_stop.cancelled() => End::Stopped,
         }
@@ -146,16 +192,32 @@ pub async fn call(
         });
     };
     match end {
-        End::Finished(Ok((out, false, status))) => {
-            // Stragglers of a finished handler (background jobs) go too.
-            stop(&mut child, group, Duration::ZERO, &ctx.hard_stop).await;
+        End::Exited { status, at, held } => {
+            if held {
+                tracing::warn!(
+                    tool,
+                    "the handler exited but a process it started still holds its stdout; \
+                     answering with what it wrote and stopping that process \
+                     (redirect a background job's output, e.g. `job >/dev/null 2>&1 &`)"
+                );
+                // The leader is reaped, so the group's stragglers get the
+                // grace a handler stopped early gets, in the background.
+                let grace = ctx.kill_grace;
+                let hard_stop = ctx.hard_stop.clone();
+                ctx.tasks.spawn(async move {
+                    stop_stragglers(group, grace, &hard_stop, stdout).await;
+                });
+            } else {
+                // Stragglers of a finished handler (background jobs) go too.
+                stop(&mut child, group, Duration::ZERO, &ctx.hard_stop).await;
+            }
             if status.success() {
                 if let Some(t) = stderr_task {
                     t.abort();
                 }
                 return Ok(out);
             }
-            let stderr = take_tail(stderr_task, &tail).await;
+            let stderr = take_tail(stderr_task, &tail, at + OUTPUT_SETTLE).await;
             let (tail_from, tail) = if stderr.is_empty() && !out.is_empty() {
                 ("stdout began with", quote_start(&out))
             } else {
@@ -167,13 +229,13 @@ pub async fn call(
                 tail,
             })
         }
-        End::Finished(Ok((_, true, _))) => {
+        End::TooLarge => {
             stop_later(child, stderr_task);
             Err(HandlerError::OutputTooLarge {
                 limit: ctx.max_output_bytes,
             })
         }
-        End::Finished(Err(e)) => {
+        End::Broken(e) => {
             stop_later(child, stderr_task);
             Err(HandlerError::Failed {
                 detail: format!("reading the handler's output: {e}"),
@@ -224,6 +286,37 @@ async fn stop(
     }
 }
 
+/// Stops what is left of a handler whose leader has exited and been
+/// reaped but whose `stdout` something in its group still holds: SIGTERM
+/// to the group, up to `grace` (or until `hard_stop`) for stdout to close,
+/// which says its holder is gone, then SIGKILL to the whole group. There is
+/// nobody to reap: the stragglers are not our children.
+async fn stop_stragglers(
+    group: Option<Pid>,
+    grace: Duration,
+    hard_stop: &CancellationToken,
+    mut stdout: ChildStdout,
+) {
+    let Some(group) = group else {
+        return;
+    };
+    // ESRCH (already gone) is the only expected error; nothing to do.
+    let _ = kill_process_group(group, Signal::TERM);
+    let drained = async {
+        let mut sink = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::time::timeout(grace, drained) => {}
+        () = hard_stop.cancelled() => {}
+    }
+    let _ = kill_process_group(group, Signal::KILL);
+}
+
 fn spawn_reason(e: &std::io::Error, h: &ExecHandler) -> String {
     if !h.cwd.is_dir() {
         return format!("its working directory {} does not exist", h.cwd.display());
@@ -254,18 +347,31 @@ fn signal_name(s: i32) -> &'static str {
     }
 }
 
-/// Reads at most `limit` bytes; the flag says there was more.
-async fn read_bounded(r: impl AsyncRead + Unpin, limit: usize) -> std::io::Result<(Vec<u8>, bool)> {
-    // Room for a usual answer from the start: `read_to_end` on an empty
-    // Vec reads 32 bytes first, so even a short answer took three reads.
-    let mut buf = Vec::with_capacity(limit.saturating_add(1).min(8192));
-    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
-    r.take(cap).read_to_end(&mut buf).await?;
-    if buf.len() > limit {
-        buf.truncate(limit);
-        return Ok((buf, true));
+/// Appends at most `limit` bytes of `r` to `buf`; the flag says there was
+/// more. Cancelling it loses nothing: `buf` holds all that was read.
+async fn read_bounded(
+    r: &mut (impl AsyncRead + Unpin),
+    limit: usize,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<bool> {
+    let cap = limit.saturating_add(1);
+    loop {
+        if buf.len() == buf.capacity() {
+            // Room for a usual answer at once (a `Vec` grown from empty
+            // reads 32 bytes first, so even a short answer took three
+            // reads), then doubling, never much past the limit.
+            buf.reserve(buf.len().max(8192).min(cap - buf.len()));
+        }
+        let room = u64::try_from(cap - buf.len()).unwrap_or(u64::MAX);
+        // `read_buf` is cancel safe: a cancelled read has read nothing.
+        if (&mut *r).take(room).read_buf(buf).await? == 0 {
+            return Ok(false);
+        }
+        if buf.len() > limit {
+            buf.truncate(limit);
+            return Ok(true);
+        }
     }
-    Ok((buf, false))
 }
 
 /// Logs stderr line by line and keeps its last `STDERR_TAIL_BYTES`.
@@ -302,13 +408,15 @@ fn emit(tool: &str, line: &[u8]) {
     tracing::info!(tool, "handler stderr: {}", text.trim_end_matches('\r'));
 }
 
-/// The stderr tail once the stream has closed (or settled), as text.
+/// The stderr tail once the stream has closed (or `settled` has passed),
+/// as text.
 async fn take_tail(
     task: Option<tokio::task::JoinHandle<()>>,
     tail: &Arc<Mutex<Vec<u8>>>,
+    settled: Instant,
 ) -> String {
     if let Some(mut t) = task {
-        let _ = tokio::time::timeout(STDERR_SETTLE, &mut t).await;
+        let _ = tokio::time::timeout_at(settled, &mut t).await;
         t.abort();
     }
     let bytes = tail.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -326,10 +434,27 @@ mod tests {
 
     #[tokio::test]
     async fn reads_stop_past_the_limit() {
-        let (b, over) = read_bounded(&b"hello"[..], 5).await.unwrap();
+        let mut b = Vec::new();
+        let over = read_bounded(&mut &b"hello"[..], 5, &mut b).await.unwrap();
         assert_eq!((b.as_slice(), over), (&b"hello"[..], false));
-        let (b, over) = read_bounded(&b"hello!"[..], 5).await.unwrap();
+        let mut b = Vec::new();
+        let over = read_bounded(&mut &b"hello!"[..], 5, &mut b).await.unwrap();
         assert_eq!((b.as_slice(), over), (&b"hello"[..], true));
+    }
+
+    #[tokio::test]
+    async fn a_read_cut_short_keeps_what_it_read() {
+        // The writer stays open, as a background job holding stdout does.
+        let (mut w, mut r) = tokio::io::duplex(64);
+        w.write_all(b"{\"output\":\"hi\"}").await.unwrap();
+        let mut b = Vec::new();
+        let cut = tokio::time::timeout(
+            Duration::from_millis(50),
+            read_bounded(&mut r, 1024, &mut b),
+        )
+        .await;
+        assert!(cut.is_err(), "the read ended: {cut:?}");
+        assert_eq!(b, b"{\"output\":\"hi\"}");
     }
 
     #[tokio::test]
