@@ -26,13 +26,19 @@ async fn check_weather(sc: &Sidecar) {
         out,
         json!({"city": "Tokyo", "temp_c": 22, "weather": "sunny"})
     );
+    // A failure carries its message in `output`, the only part main_server
+    // shows the model; `error` repeats it for the logs.
     let (_, body) = sc.call("weather", json!({"city": "Paris"})).await;
     assert_eq!(body["is_error"], true);
-    assert_eq!(body["output"], serde_json::Value::Null);
+    let message = body["output"]["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{body}"));
     assert!(
-        body["error"].as_str().unwrap().contains("unknown city"),
+        message.contains("unknown city") && message.contains("known cities"),
         "{body}"
     );
+    assert_eq!(body["output"], json!({ "error": message }), "{body}");
+    assert_eq!(body["error"], message, "{body}");
 }
 
 async fn exec_example(interpreter: &str, file: &str) {

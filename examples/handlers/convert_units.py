@@ -5,7 +5,9 @@ stdin:  the callback JSON, {"name", "arguments", "call_id", "raw_arguments"}.
         The sidecar has already checked `arguments` against the tool's schema
         (examples/tools/schemas/convert_units.schema.json), so no re-checking.
 stdout: an envelope, {"output": ..., "is_error": false}, or on failure
-        {"output": null, "is_error": true, "error": "a sentence for the model"}.
+        {"output": {"error": MSG}, "is_error": true, "error": MSG}.
+        main_server shows the model `output` alone (`is_error` and `error` go
+        to its logs), so the sentence for the model goes in `output`.
 """
 import json
 import sys
@@ -18,8 +20,8 @@ UNITS = {"m": ("length", 1.0), "km": ("length", 1000.0), "mi": ("length", 1609.3
 args = json.load(sys.stdin)["arguments"]
 value, src, dst = args["value"], args["from"], args["to"]
 if UNITS[src][0] != UNITS[dst][0]:
-    answer = {"output": None, "is_error": True,
-              "error": f"cannot convert {UNITS[src][0]} ({src}) to {UNITS[dst][0]} ({dst})"}
+    message = f"cannot convert {UNITS[src][0]} ({src}) to {UNITS[dst][0]} ({dst})"
+    answer = {"output": {"error": message}, "is_error": True, "error": message}
 else:
     if UNITS[src][0] == "temperature":
         celsius = value if src == "c" else (value - 32) * 5 / 9

@@ -8,7 +8,9 @@
 #         (default: the working directory) says which filesystem to report.
 # stdout: plain text, which the sidecar turns into a string output. Print an
 #         envelope instead to report a failure the model should read, e.g.
-#         {"output": null, "is_error": true, "error": "..."}.
+#         {"output": {"error": "MSG"}, "is_error": true, "error": "MSG"}:
+#         main_server shows the model `output` alone (`is_error` and `error`
+#         go to its logs), so the message goes in `output`.
 # A non-zero exit is reported to the model with the end of stderr.
 cat >/dev/null
 echo "$NEKO_CALL_ID: disk usage of ${DISK_PATH:-.}" >&2

@@ -3,7 +3,10 @@
 //
 // stdin:  the callback JSON, {"name", "arguments", "call_id", "raw_arguments"};
 //         the sidecar has already checked `arguments` against the schema.
-// stdout: an envelope, {"output": ..., "is_error": false}.
+// stdout: an envelope, {"output": ..., "is_error": false}. This tool cannot
+//         fail (the schema bounds `count` and `sides`); a handler that can
+//         answers {"output": {"error": MSG}, "is_error": true, "error": MSG}:
+//         main_server shows the model `output` alone, never `error`.
 // env:    NEKO_TOOL_NAME and NEKO_CALL_ID, plus the manifest's `env`.
 let input = "";
 process.stdin.on("data", (chunk) => (input += chunk));

@@ -3,9 +3,11 @@
 //
 // stdin:  the callback JSON, {"name", "arguments", "call_id", "raw_arguments"}.
 // env:    NEKO_TOOL_NAME, NEKO_CALL_ID, plus the manifest's `env`.
-// stdout: an envelope {"output": ..., "is_error": false}, or
-//         {"output": null, "is_error": true, "error": "..."} (plain JSON or
-//         text works too). stderr goes to the sidecar's log. Exit 0.
+// stdout: an envelope {"output": ..., "is_error": false}, or on failure
+//         {"output": {"error": MSG}, "is_error": true, "error": MSG} (plain
+//         JSON or text works too). main_server shows the model `output` alone
+//         (`is_error` and `error` go to its logs), so the message goes in
+//         `output`. stderr goes to the sidecar's log. Exit 0.
 const WEATHER = { tokyo: [22, "sunny"], osaka: [24, "cloudy"], sapporo: [9, "snow"] };
 
 let input = "";
@@ -16,8 +18,9 @@ process.stdin.on("end", () => {
   const city = String(call.arguments.city ?? "");
   console.error(`${process.env.NEKO_CALL_ID}: weather for ${JSON.stringify(city)}`);
   const hit = WEATHER[city.toLowerCase()];
+  const message = `unknown city ${JSON.stringify(city)}; known cities: Tokyo, Osaka, Sapporo`;
   const answer = hit
     ? { output: { city, temp_c: hit[0], weather: hit[1] }, is_error: false }
-    : { output: null, is_error: true, error: `unknown city ${JSON.stringify(city)}; known cities: Tokyo, Osaka, Sapporo` };
+    : { output: { error: message }, is_error: true, error: message };
   process.stdout.write(JSON.stringify(answer));
 });

@@ -4,7 +4,11 @@
 stdin: the callback JSON, {"name", "arguments", "call_id", "raw_arguments"}.
 env:   NEKO_TOOL_NAME, NEKO_CALL_ID, plus the manifest's `env`.
 stdout: the answer, an envelope {"output": ..., "is_error": false} (or plain
-        JSON / text, which the sidecar wraps). stderr goes to the sidecar's log.
+        JSON / text, which the sidecar wraps), or on failure
+        {"output": {"error": MSG}, "is_error": true, "error": MSG}.
+        main_server shows the model `output` alone (`is_error` and `error` go
+        to its logs), so the message goes in `output`.
+        stderr goes to the sidecar's log.
 Exit 0 on every answer, failures included: a non-zero exit tells the model
 the handler crashed, with the end of stderr.
 """
@@ -22,5 +26,6 @@ if city.lower() in WEATHER:
     answer = {"output": {"city": city, "temp_c": temp, "weather": sky}, "is_error": False}
 else:
     known = ", ".join(c.title() for c in WEATHER)
-    answer = {"output": None, "is_error": True, "error": f"unknown city {city!r}; known cities: {known}"}
+    message = f"unknown city {city!r}; known cities: {known}"
+    answer = {"output": {"error": message}, "is_error": True, "error": message}
 json.dump(answer, sys.stdout)

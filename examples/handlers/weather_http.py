@@ -5,8 +5,10 @@ The sidecar POSTs the callback JSON main_server sent it, unchanged:
   {"name": "weather", "arguments": {"city": "Tokyo"}, "call_id": "...", "raw_arguments": "..."}
 and relays whatever this answers. Answer an envelope:
   {"output": ANY_JSON, "is_error": false}
-  {"output": null, "is_error": true, "error": "a sentence for the model"}
+  {"output": {"error": MSG}, "is_error": true, "error": MSG}
 (plain JSON or text works too; the sidecar wraps it as the output).
+main_server shows the model `output` alone (`is_error` and `error` go to its
+logs), so on failure the sentence for the model goes in `output`.
 
 Run: python3 weather_http.py [PORT]   (default 9876; 0 picks a free port)
 It prints "listening on 127.0.0.1:PORT" once ready.
@@ -27,7 +29,8 @@ class Handler(BaseHTTPRequestHandler):
             answer = {"output": {"city": city, "temp_c": temp, "weather": sky}, "is_error": False}
         else:
             known = ", ".join(c.title() for c in WEATHER)
-            answer = {"output": None, "is_error": True, "error": f"unknown city {city!r}; known cities: {known}"}
+            message = f"unknown city {city!r}; known cities: {known}"
+            answer = {"output": {"error": message}, "is_error": True, "error": message}
         body = json.dumps(answer).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

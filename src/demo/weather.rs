@@ -1,6 +1,9 @@
 //! The demo's http handler: the `get_weather` contract of
 //! `examples/handlers/weather_http.py`, served in-process so that the demo
 //! needs nothing but the binary. It answers envelopes and never fails itself.
+//! A failure is `{"output": {"error": MSG}, "is_error": true, "error": MSG}`:
+//! main_server shows the model `output` alone (`is_error` and `error` go to
+//! its logs), so the message for the model is in `output`.
 
 use std::net::SocketAddr;
 
@@ -34,11 +37,10 @@ pub fn answer(call: &Json) -> Json {
             }
             json!({"output": out, "is_error": false})
         }
-        None => json!({
-            "output": null,
-            "is_error": true,
-            "error": format!("unknown city {city:?}; known cities: Tokyo, Osaka, Sapporo"),
-        }),
+        None => {
+            let message = format!("unknown city {city:?}; known cities: Tokyo, Osaka, Sapporo");
+            json!({"output": {"error": message}, "is_error": true, "error": message})
+        }
     }
 }
 
@@ -75,5 +77,9 @@ mod tests {
         let e = answer(&json!({"arguments": {"city": "Paris"}}));
         assert_eq!(e["is_error"], json!(true));
         assert!(e["error"].as_str().unwrap().contains("known cities"));
+        assert_eq!(
+            e["output"]["error"], e["error"],
+            "the model reads `output` alone"
+        );
     }
 }
