@@ -5,16 +5,20 @@
 //! values are checked and an `AgentConfig` is built, or nothing is. Defaults
 //! live here and only here; `agent.toml.example` documents them.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use toml::de::DeTable;
 
+use crate::contract::is_loopback_ip;
 use crate::diag::{Diagnostic, SourceText};
 use crate::tomldoc::{self, TableReader};
 
 pub const DEFAULT_MAIN_SERVER_URL: &str = "http://127.0.0.1:48911";
+
+/// The default `[handlers] max_output_bytes`: 8 MiB.
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 8 << 20;
 
 /// What to do when a tool name we want is registered by someone else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,7 +258,9 @@ fn build(
     let handlers = section(&mut top, "handlers", |r| {
         r.deny_unknown(&["max_output_bytes", "kill_grace"]);
         HandlersConfig {
-            max_output_bytes: byte_limit(r, "max_output_bytes", 1 << 20),
+            // What main_server accepts must get through: two images of
+            // 2 MiB of base64 each, plus the output around them.
+            max_output_bytes: byte_limit(r, "max_output_bytes", DEFAULT_MAX_OUTPUT_BYTES),
             kill_grace: positive(r, "kill_grace", Duration::from_secs(2)),
             allow_remote,
         }
@@ -454,7 +460,7 @@ fn validate_source(
         r.error(sp, "`source` is empty: main_server requires at least 1 character; use e.g. \"plugin:weather\"");
         return None;
     }
-    if s == "builtin" {
+    if s == crate::contract::BUILTIN_SOURCE {
         r.error(
             sp,
             "`source` must not be \"builtin\": that is main_server's own tag, and clearing our tools on shutdown would delete its built-in tools",
@@ -528,7 +534,7 @@ fn validate_listen(
         "the admin endpoints are for this machine only"
     };
     match addr {
-        Some(a) if is_loopback(a.ip()) => a,
+        Some(a) if is_loopback_ip(a.ip()) => a,
         Some(a) => {
             r.error(
                 sp,
@@ -542,16 +548,6 @@ fn validate_listen(
                 format!("`listen` in {section} is \"{s}\": expected IP:PORT on loopback, e.g. \"127.0.0.1:48930\" or \"[::1]:0\" (0 picks a free port)"),
             );
             default_listen()
-        }
-    }
-}
-
-/// Loopback as main_server sees it: 127.0.0.0/8, ::1 and IPv4-mapped 127/8.
-pub fn is_loopback(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => v4.is_loopback(),
-        IpAddr::V6(v6) => {
-            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
         }
     }
 }
@@ -703,14 +699,5 @@ mod tests {
             e[0].starts_with("a.toml:3:11: error: `workers` is 9: allowed values are 0 (one per CPU, at most 4) to 4"),
             "{e:?}"
         );
-    }
-
-    #[test]
-    fn loopback_includes_mapped_v4() {
-        assert!(is_loopback("127.3.4.5".parse().unwrap()));
-        assert!(is_loopback("::1".parse().unwrap()));
-        assert!(is_loopback("::ffff:127.0.0.1".parse().unwrap()));
-        assert!(!is_loopback("10.0.0.1".parse().unwrap()));
-        assert!(!is_loopback("::ffff:10.0.0.1".parse().unwrap()));
     }
 }

@@ -12,6 +12,7 @@ pub mod check;
 pub mod cli;
 pub mod client;
 pub mod config;
+pub mod contract;
 pub mod daemon;
 pub mod demo;
 pub mod desired;

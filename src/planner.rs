@@ -22,8 +22,7 @@ use crate::client::{FieldError, Observed, ObservedTool};
 use crate::config::ConflictPolicy;
 use crate::desired::{DesiredState, Fingerprint};
 
-/// main_server's own tools carry this source; we never reclaim from it.
-pub const BUILTIN_SOURCE: &str = "builtin";
+pub use crate::contract::BUILTIN_SOURCE;
 
 /// What this process last registered for a tool with an `ok:true` answer.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,13 +4,18 @@
 //! By default each test starts its own in-process stand-in. With
 //! `NEKO_MAIN_SERVER_URL` set, the tests that need no `/__dev/` control run
 //! against that server instead (using names unique to this process), and
-//! the others say they were skipped. The loopback-caller gate cannot be
-//! exercised from loopback; it is unit-tested in `devserver::gates`.
+//! the others say they were skipped. The loopback-peer half of the local
+//! gate cannot be exercised from loopback; it is unit-tested in
+//! `devserver::gates`. The `Host` half is tested here.
 
 mod support;
 
+use neko_sidecar::devserver::{DevServer, RECALL_MEMORY};
 use serde_json::{Value, json};
-use support::{dev_target, target, unique};
+use support::{Target, dev_target, dev_target_with, raw_http, target, unique};
+
+/// main_server's body limit: one byte more gets 413.
+const MAX_BODY: usize = 16 * 1024 * 1024;
 
 const CB: &str = "http://127.0.0.1:9/tool";
 
@@ -41,13 +46,13 @@ async fn untrusted_host_header_gets_400() {
 }
 
 #[tokio::test]
-async fn ip_literal_and_localhost_hosts_are_served() {
+async fn loopback_hosts_are_served() {
     let t = target().await;
     for host in [
         "localhost",
         "localhost:1234",
-        "10.1.2.3",
         "127.0.0.1:80",
+        "127.8.9.10",
         "[::1]:48911",
     ] {
         let res = t
@@ -59,6 +64,212 @@ async fn ip_literal_and_localhost_hosts_are_served() {
             .unwrap();
         assert_eq!(res.status().as_u16(), 200, "{host}");
     }
+}
+
+/// A GET of `/api/tools` naming `host`, with extra headers.
+async fn get_naming(t: &Target, host: &str, headers: &[(&str, &str)]) -> (u16, Value) {
+    let mut req = t
+        .client
+        .get(format!("{}/api/tools", t.url))
+        .header("host", host);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    support::split(req.send().await.unwrap()).await
+}
+
+#[tokio::test]
+async fn a_non_loopback_ip_host_needs_instance_authorization() {
+    let t = target().await;
+    let required = json!({"detail": "instance_authorization_required"});
+    for host in [
+        "10.1.2.3",
+        "10.1.2.3:48911",
+        "[2001:db8::1]:80",
+        "192.168.1.5",
+    ] {
+        assert_eq!(
+            get_naming(&t, host, &[]).await,
+            (401, required.clone()),
+            "{host}"
+        );
+    }
+    // Before routing and before body validation: a register is refused
+    // the same way, and changes nothing.
+    let name = unique("ct_not_local");
+    let res = t
+        .client
+        .post(format!("{}/api/tools/register", t.url))
+        .header("host", "10.1.2.3")
+        .json(&tool(&name, "s"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(support::split(res).await, (401, required));
+    let roles = t.roles().await;
+    assert!(
+        t.listed(&roles[0], &name).await.is_none(),
+        "refused, not written"
+    );
+}
+
+#[tokio::test]
+async fn the_host_gate_runs_before_the_local_gate() {
+    let t = target().await;
+    let (status, body) = get_naming(&t, "example.com", &[("authorization", "Bearer k")]).await;
+    assert_eq!(
+        (status, body),
+        (
+            400,
+            json!({"ok":false,"error_code":"untrusted_host","error":"Invalid Host header"})
+        )
+    );
+}
+
+#[tokio::test]
+async fn a_keyed_call_naming_another_host_is_served_unless_from_a_foreign_origin() {
+    // A real server checks the key itself; the stand-in cannot know it.
+    let Some((t, _h)) =
+        dev_target("a_keyed_call_naming_another_host_is_served_unless_from_a_foreign_origin").await
+    else {
+        return;
+    };
+    let key = ("authorization", "Bearer instance-key");
+    assert_eq!(get_naming(&t, "10.1.2.3", &[key]).await.0, 200);
+    assert_eq!(
+        get_naming(&t, "10.1.2.3", &[("cookie", "neko_session=abc")])
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        get_naming(
+            &t,
+            "[2001:db8::1]:80",
+            &[key, ("origin", "http://127.0.0.1:3000")]
+        )
+        .await
+        .0,
+        200
+    );
+    for origin in ["http://evil.test", "http://10.1.2.3:48911", "null"] {
+        assert_eq!(
+            get_naming(&t, "10.1.2.3", &[key, ("origin", origin)]).await,
+            (403, json!({"detail": "origin_not_allowed"})),
+            "{origin}"
+        );
+    }
+    // Anything but a bearer token is no key.
+    assert_eq!(
+        get_naming(&t, "10.1.2.3", &[("authorization", "Basic dTpw")])
+            .await
+            .0,
+        401
+    );
+}
+
+/// A request head with `Host` set to the target's own address.
+fn head(t: &Target, request_line: &str, host: Option<&str>, extra: &str) -> String {
+    let url = reqwest::Url::parse(&t.url).unwrap();
+    let own = format!(
+        "{}:{}",
+        url.host_str().unwrap(),
+        url.port_or_known_default().unwrap()
+    );
+    format!(
+        "{request_line}\r\nHost: {}\r\nContent-Type: application/json\r\n{extra}",
+        host.unwrap_or(&own)
+    )
+}
+
+#[tokio::test]
+async fn a_declared_body_over_16_mib_gets_413_before_any_route() {
+    let t = target().await;
+    let too_large = json!({"detail": "payload_too_large"});
+    let length = format!("Content-Length: {}\r\n", MAX_BODY + 1);
+    // A route, an unknown path and a path that would redirect: all 413,
+    // answered from the declared length without reading the body.
+    for line in [
+        "POST /api/tools/register HTTP/1.1",
+        "POST /api/no_such_route HTTP/1.1",
+        "POST /api/tools/register/ HTTP/1.1",
+        "GET /api/tools HTTP/1.1",
+    ] {
+        assert_eq!(
+            raw_http(&t.url, &head(&t, line, None, &length), &[]).await,
+            (413, too_large.clone()),
+            "{line}"
+        );
+    }
+    // The access gates come first.
+    let line = "POST /api/tools/register HTTP/1.1";
+    assert_eq!(
+        raw_http(&t.url, &head(&t, line, Some("10.1.2.3"), &length), &[])
+            .await
+            .0,
+        401
+    );
+    assert_eq!(
+        raw_http(&t.url, &head(&t, line, Some("example.com"), &length), &[])
+            .await
+            .0,
+        400
+    );
+}
+
+#[tokio::test]
+async fn a_streamed_body_over_16_mib_gets_413() {
+    let t = target().await;
+    let chunked = "Transfer-Encoding: chunked\r\n";
+    // One chunk of exactly the limit, then one byte more, and no final
+    // chunk: the server has to count, it cannot know the length ahead.
+    let full = vec![b' '; MAX_BODY];
+    let size = format!("{MAX_BODY:x}\r\n");
+    let head = head(&t, "POST /api/tools/register HTTP/1.1", None, chunked);
+    let answer = raw_http(&t.url, &head, &[size.as_bytes(), &full, b"\r\n1\r\n}\r\n"]).await;
+    assert_eq!(answer, (413, json!({"detail": "payload_too_large"})));
+}
+
+/// A register body of exactly `len` bytes: the schema carries the padding.
+fn register_body_of(len: usize, name: &str, source: &str) -> Vec<u8> {
+    let shell = json!({"name": name, "callback_url": CB, "source": source,
+        "parameters": {"type": "object", "properties": {}, "x-pad": ""}})
+    .to_string();
+    let pad = len - shell.len();
+    let body = shell.replacen(
+        r#""x-pad":"""#,
+        &format!(r#""x-pad":"{}""#, "p".repeat(pad)),
+        1,
+    );
+    assert_eq!(body.len(), len);
+    body.into_bytes()
+}
+
+#[tokio::test]
+async fn bodies_up_to_16_mib_are_accepted() {
+    let t = target().await;
+    let src = unique("ct_src_big");
+    // 10 MiB is far past axum's own 2 MB default limit; 16 MiB is the edge.
+    for (i, len) in [10 * 1024 * 1024, MAX_BODY].into_iter().enumerate() {
+        let name = unique(&format!("ct_big{i}"));
+        let res = t
+            .client
+            .post(format!("{}/api/tools/register", t.url))
+            .header("content-type", "application/json")
+            .body(register_body_of(len, &name, &src))
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = support::split(res).await;
+        assert_eq!(status, 200, "{len} bytes: {body}");
+        assert_eq!(body["registered"], json!(name));
+        if let Some(h) = &t.handle {
+            let held = h.registry_snapshot().tool("小八", &name).cloned().unwrap();
+            let pad = held.parameters["x-pad"].as_str().unwrap().len();
+            assert!(pad > len - 200, "the whole schema is held: {pad}");
+        }
+    }
+    t.post("/api/tools/clear", &json!({"source": src})).await;
 }
 
 #[tokio::test]
@@ -164,6 +375,8 @@ async fn storage_blocked_answers_409_on_every_api_route() {
         assert_eq!(status, 409, "{path}");
         assert_eq!(answer["ok"], false);
         assert_eq!(answer["error_code"], "storage_startup_blocked");
+        assert_eq!(answer["blocking_reason"], "storage_initializing");
+        assert_eq!(answer["limited_mode"], true);
         assert!(answer["error"].is_string());
     }
     assert_eq!(
@@ -176,9 +389,10 @@ async fn storage_blocked_answers_409_on_every_api_route() {
 }
 
 #[tokio::test]
-async fn restart_loses_every_registration_and_brings_builtins_back() {
+async fn restart_loses_every_registration_and_the_ledger_and_brings_builtins_back() {
     let Some((t, h)) =
-        dev_target("restart_loses_every_registration_and_brings_builtins_back").await
+        dev_target("restart_loses_every_registration_and_the_ledger_and_brings_builtins_back")
+            .await
     else {
         return;
     };
@@ -186,14 +400,26 @@ async fn restart_loses_every_registration_and_brings_builtins_back() {
     t.post("/api/tools/clear", &json!({"source":"builtin"}))
         .await;
     h.restart();
-    let (_, body) = t.get("/api/tools?role=Lanlan").await;
-    let names: Vec<_> = body["tools_by_role"]["Lanlan"]
+    assert_eq!(listed_names(&t, "Lanlan").await, [RECALL_MEMORY]);
+    assert!(h.ledger().is_empty());
+    assert!(h.rebuild_role("Lanlan"));
+    assert_eq!(
+        listed_names(&t, "Lanlan").await,
+        [RECALL_MEMORY],
+        "nothing left to replay"
+    );
+}
+
+/// The names `GET /api/tools` lists for `role`, in order.
+async fn listed_names(t: &Target, role: &str) -> Vec<String> {
+    let (status, body) = t.get("/api/tools").await;
+    assert_eq!(status, 200, "{body}");
+    body["tools_by_role"][role]
         .as_array()
-        .unwrap()
+        .unwrap_or_else(|| panic!("no role {role}: {body}"))
         .iter()
-        .map(|x| x["name"].clone())
-        .collect();
-    assert_eq!(names, [json!("web_search"), json!("get_current_time")]);
+        .map(|x| x["name"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 // ---- Roles ----
@@ -247,6 +473,276 @@ async fn empty_role_acts_as_null() {
     }
     t.post("/api/tools/unregister", &json!({"name": name, "role": ""}))
         .await;
+}
+
+#[tokio::test]
+async fn with_no_role_at_all_a_register_is_ok_false_and_records_nothing() {
+    let Some((t, h)) =
+        dev_target("with_no_role_at_all_a_register_is_ok_false_and_records_nothing").await
+    else {
+        return;
+    };
+    assert_eq!(h.remove_all_roles(), ["小八", "Lanlan"]);
+    assert_eq!(
+        t.get("/api/tools").await,
+        (200, json!({"ok":true,"tools_by_role":{}}))
+    );
+    let (status, body) = t.register(tool("t", "s")).await;
+    assert_eq!(
+        (status, body),
+        (
+            200,
+            json!({"ok":false,"registered":"t","affected_roles":[],"failed_roles":[],"error":"no role accepted the registration"})
+        )
+    );
+    assert!(h.ledger().is_empty(), "not even in the ledger");
+    // A role created later holds only the built-in: register again.
+    assert!(h.add_role("小八"));
+    assert_eq!(listed_names(&t, "小八").await, [RECALL_MEMORY]);
+    let (_, body) = t.register(tool("t", "s")).await;
+    assert_eq!(body["affected_roles"], json!(["小八"]));
+}
+
+#[tokio::test]
+async fn a_stand_in_can_start_with_no_role() {
+    let Some((t, h)) = dev_target_with(
+        "a_stand_in_can_start_with_no_role",
+        DevServer::builder().roles(Vec::<String>::new()),
+    )
+    .await
+    else {
+        return;
+    };
+    assert_eq!(
+        t.get("/api/tools").await,
+        (200, json!({"ok":true,"tools_by_role":{}}))
+    );
+    assert_eq!(t.register(tool("t", "s")).await.1["ok"], false);
+    assert!(h.registry_snapshot().roles.is_empty());
+}
+
+// ---- The ledger ----
+
+#[tokio::test]
+async fn a_rebuilt_role_gets_the_builtin_and_the_ledger_replayed_in_order() {
+    let Some((t, h)) =
+        dev_target("a_rebuilt_role_gets_the_builtin_and_the_ledger_replayed_in_order").await
+    else {
+        return;
+    };
+    assert_eq!(t.register(tool("g", "a")).await.0, 200);
+    let mut scoped = tool("s", "a");
+    scoped["role"] = json!("Lanlan");
+    assert_eq!(t.register(scoped).await.0, 200);
+    assert_eq!(t.register(tool("x", "b")).await.0, 200);
+    let mut mine = tool("x", "c");
+    mine["role"] = json!("Lanlan");
+    assert_eq!(t.register(mine).await.0, 200);
+    // Lose the built-in everywhere: only a rebuild brings it back.
+    t.post("/api/tools/clear", &json!({"source": "builtin"}))
+        .await;
+    let before = listed_names(&t, "Lanlan").await;
+    assert_eq!(before, ["g", "s", "x"]);
+
+    assert!(h.rebuild_role("Lanlan"));
+    assert_eq!(
+        listed_names(&t, "Lanlan").await,
+        [RECALL_MEMORY, "g", "s", "x"]
+    );
+    assert_eq!(t.listed("Lanlan", "x").await.unwrap()["source"], "c");
+    assert_eq!(
+        listed_names(&t, "小八").await,
+        ["g", "x"],
+        "only the rebuilt role changes"
+    );
+    assert!(!h.rebuild_role("Nobody"));
+}
+
+#[tokio::test]
+async fn an_ok_false_registration_is_replayed_until_a_clear_of_its_source_succeeds() {
+    let Some((t, h)) =
+        dev_target("an_ok_false_registration_is_replayed_until_a_clear_of_its_source_succeeds")
+            .await
+    else {
+        return;
+    };
+    h.fail_role_sync("小八", true);
+    h.fail_role_sync("Lanlan", true);
+    assert_eq!(t.register(tool("t", "s")).await.1["ok"], false);
+    // The clear fails on every role: the registry lets go, the ledger not.
+    let (_, body) = t.post("/api/tools/clear", &json!({"source": "s"})).await;
+    assert_eq!(
+        (body["ok"].clone(), body["removed"].clone()),
+        (json!(false), json!(2))
+    );
+    assert!(t.listed("小八", "t").await.is_none());
+    assert!(h.rebuild_role("小八"));
+    assert!(t.listed("小八", "t").await.is_some(), "replayed");
+    assert!(t.listed("Lanlan", "t").await.is_none(), "not rebuilt");
+
+    h.fail_role_sync("小八", false);
+    h.fail_role_sync("Lanlan", false);
+    let (_, body) = t.post("/api/tools/clear", &json!({"source": "s"})).await;
+    assert_eq!(body["ok"], true);
+    assert!(h.ledger().is_empty());
+    for role in ["小八", "Lanlan"] {
+        assert!(h.rebuild_role(role));
+        assert_eq!(listed_names(&t, role).await, [RECALL_MEMORY], "{role}");
+    }
+}
+
+#[tokio::test]
+async fn an_unregister_removes_the_ledger_entry() {
+    let Some((t, h)) = dev_target("an_unregister_removes_the_ledger_entry").await else {
+        return;
+    };
+    t.register(tool("t", "s")).await;
+    t.register(tool("u", "s")).await;
+    let (_, body) = t
+        .post("/api/tools/unregister", &json!({"name": "t", "role": null}))
+        .await;
+    assert_eq!(body["ok"], true);
+    let left: Vec<_> = h.ledger().into_iter().map(|e| e.tool.name).collect();
+    assert_eq!(left, ["u"]);
+    assert!(h.rebuild_role("小八"));
+    assert_eq!(listed_names(&t, "小八").await, [RECALL_MEMORY, "u"]);
+}
+
+#[tokio::test]
+async fn a_new_role_gets_the_builtin_and_the_ledgers_global_and_own_entries() {
+    let Some((t, h)) =
+        dev_target("a_new_role_gets_the_builtin_and_the_ledgers_global_and_own_entries").await
+    else {
+        return;
+    };
+    t.register(tool("g", "s")).await;
+    let mut scoped = tool("mine", "s");
+    scoped["role"] = json!("小八");
+    t.register(scoped).await;
+    assert!(h.add_role("Mochi"));
+    assert_eq!(listed_names(&t, "Mochi").await, [RECALL_MEMORY, "g"]);
+    // The same role gone and back: its own entries come back too.
+    assert!(h.remove_role("小八"));
+    assert!(h.add_role("小八"));
+    assert_eq!(listed_names(&t, "小八").await, [RECALL_MEMORY, "g", "mine"]);
+}
+
+// ---- Dead-plugin eviction ----
+
+/// Registers `name` for `source` at `url`, answering within `timeout` s.
+async fn register_at(
+    t: &Target,
+    name: &str,
+    url: &str,
+    source: &str,
+    role: Option<&str>,
+    timeout: f64,
+) {
+    let (status, body) = t
+        .register(json!({"name": name, "callback_url": url, "source": source, "role": role, "timeout_seconds": timeout}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+}
+
+/// Calls `name` as the model would, whatever the answer.
+async fn call(h: &neko_sidecar::devserver::DevServerHandle, name: &str) {
+    h.invoke(neko_sidecar::devserver::InvokeRequest {
+        name: name.into(),
+        arguments: Some(json!({})),
+        ..Default::default()
+    })
+    .await
+    .expect("the tool is registered");
+}
+
+#[tokio::test]
+async fn the_third_connect_failure_evicts_from_every_role_and_the_ledger() {
+    let Some((t, h)) =
+        dev_target("the_third_connect_failure_evicts_from_every_role_and_the_ledger").await
+    else {
+        return;
+    };
+    let dead = support::refused_port().await;
+    let other = support::refused_port().await;
+    register_at(
+        &t,
+        "a",
+        &format!("http://127.0.0.1:{dead}/a"),
+        "plugin:p",
+        None,
+        30.0,
+    )
+    .await;
+    register_at(
+        &t,
+        "b",
+        &format!("http://127.0.0.1:{dead}/b"),
+        "plugin:p",
+        Some("Lanlan"),
+        30.0,
+    )
+    .await;
+    register_at(
+        &t,
+        "c",
+        &format!("http://127.0.0.1:{other}/c"),
+        "plugin:p",
+        None,
+        30.0,
+    )
+    .await;
+    for _ in 0..2 {
+        call(&h, "a").await;
+    }
+    assert_eq!(
+        listed_names(&t, "Lanlan").await,
+        [RECALL_MEMORY, "a", "b", "c"]
+    );
+    call(&h, "a").await;
+    for role in ["小八", "Lanlan"] {
+        assert_eq!(listed_names(&t, role).await, [RECALL_MEMORY, "c"], "{role}");
+        assert!(h.rebuild_role(role));
+        assert_eq!(
+            listed_names(&t, role).await,
+            [RECALL_MEMORY, "c"],
+            "{role}: a rebuild must not bring evicted tools back"
+        );
+    }
+    let left: Vec<_> = h.ledger().into_iter().map(|e| e.tool.name).collect();
+    assert_eq!(left, ["c"]);
+}
+
+#[tokio::test]
+async fn a_read_timeout_resets_the_connect_failure_count() {
+    let Some((t, h)) = dev_target("a_read_timeout_resets_the_connect_failure_count").await else {
+        return;
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    register_at(&t, "a", &format!("http://{addr}/a"), "plugin:p", None, 0.2).await;
+    call(&h, "a").await;
+    call(&h, "a").await;
+    // The plugin is back but silent: the call times out reading, which is
+    // not a connect failure, so the count starts again from zero.
+    let silent = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = silent.accept().await {
+            held.push(sock);
+        }
+    });
+    call(&h, "a").await;
+    holder.abort();
+    let _ = holder.await;
+    call(&h, "a").await;
+    call(&h, "a").await;
+    assert!(
+        t.listed("小八", "a").await.is_some(),
+        "two connect failures after a read timeout must not evict"
+    );
+    call(&h, "a").await;
+    assert!(t.listed("小八", "a").await.is_none());
 }
 
 // ---- POST /api/tools/register ----
@@ -763,7 +1259,7 @@ async fn clearing_source_builtin_deletes_the_builtins() {
         .post("/api/tools/clear", &json!({"source": "builtin"}))
         .await;
     assert_eq!(status, 200);
-    assert_eq!(body["removed"], 4);
+    assert_eq!(body["removed"], 2);
     let (_, body) = t.get("/api/tools").await;
     assert_eq!(
         body,
@@ -808,15 +1304,48 @@ async fn get_lists_every_role_without_schema_timeout_or_scope() {
 }
 
 #[tokio::test]
-async fn builtins_are_listed_on_every_role() {
-    let Some((t, _h)) = dev_target("builtins_are_listed_on_every_role").await else {
+async fn recall_memory_is_the_one_builtin_on_every_role() {
+    let t = target().await;
+    let (_, body) = t.get("/api/tools").await;
+    let by_role = body["tools_by_role"].as_object().unwrap();
+    assert!(!by_role.is_empty());
+    for (role, tools) in by_role {
+        let builtins: Vec<_> = tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["source"] == "builtin")
+            .map(|x| {
+                (
+                    x["name"].clone(),
+                    x["callback_url"].clone(),
+                    x["is_remote"].clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            builtins,
+            [(json!(RECALL_MEMORY), json!(null), json!(false))],
+            "{role}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn builtins_can_be_disabled() {
+    let Some((t, _h)) = dev_target_with(
+        "builtins_can_be_disabled",
+        DevServer::builder().disable_builtin_tools(),
+    )
+    .await
+    else {
         return;
     };
     let (_, body) = t.get("/api/tools").await;
-    let web_search = json!({"name":"web_search","description":"Search the web (stand-in: always answers the same result).","source":"builtin","callback_url":null,"is_remote":false});
-    for role in ["小八", "Lanlan"] {
-        assert_eq!(body["tools_by_role"][role][0], web_search, "{role}");
-    }
+    assert_eq!(
+        body,
+        json!({"ok":true,"tools_by_role":{"小八":[],"Lanlan":[]}})
+    );
 }
 
 #[tokio::test]

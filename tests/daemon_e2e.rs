@@ -196,18 +196,18 @@ async fn get_weather_over_http_answers_tokyo_and_reports_an_unknown_city() {
     }
     let ex = Examples::start().await;
     let tokyo = ex.call("get_weather", None, json!({"city": "Tokyo"})).await;
-    assert!(!tokyo.view.is_error, "{tokyo:?}");
+    assert!(!tokyo.is_error, "{tokyo:?}");
     assert_eq!(
-        tokyo.view.output,
+        tokyo.output,
         json!({"city": "Tokyo", "temp_c": 22, "weather": "sunny"})
     );
 
     let nowhere = ex
         .call("get_weather", None, json!({"city": "Atlantis"}))
         .await;
-    assert!(nowhere.view.is_error, "{nowhere:?}");
+    assert!(nowhere.is_error, "{nowhere:?}");
     assert_eq!(
-        nowhere.view.error,
+        nowhere.error,
         Some(json!(
             "unknown city 'Atlantis'; known cities: Tokyo, Osaka, Sapporo"
         ))
@@ -231,9 +231,9 @@ async fn convert_units_in_python_turns_100_c_into_212_f() {
             json!({"value": 100, "from": "c", "to": "f"}),
         )
         .await;
-    assert!(!a.view.is_error, "{a:?}");
-    assert_eq!(a.view.output["unit"], "f");
-    assert_eq!(a.view.output["value"].as_f64(), Some(212.0), "{a:?}");
+    assert!(!a.is_error, "{a:?}");
+    assert_eq!(a.output["unit"], "f");
+    assert_eq!(a.output["value"].as_f64(), Some(212.0), "{a:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -245,9 +245,9 @@ async fn roll_dice_in_node_is_only_lanlans_and_totals_within_bounds() {
     let a = ex
         .call("roll_dice", Some("Lanlan"), json!({"count": 3, "sides": 6}))
         .await;
-    assert!(!a.view.is_error, "{a:?}");
+    assert!(!a.is_error, "{a:?}");
     assert_eq!(a.role, "Lanlan");
-    let rolls: Vec<i64> = a.view.output["rolls"]
+    let rolls: Vec<i64> = a.output["rolls"]
         .as_array()
         .unwrap()
         .iter()
@@ -255,7 +255,7 @@ async fn roll_dice_in_node_is_only_lanlans_and_totals_within_bounds() {
         .collect();
     assert_eq!(rolls.len(), 3);
     assert!(rolls.iter().all(|r| (1..=6).contains(r)), "{rolls:?}");
-    let total = a.view.output["total"].as_i64().unwrap();
+    let total = a.output["total"].as_i64().unwrap();
     assert_eq!(total, rolls.iter().sum::<i64>());
     assert!((3..=18).contains(&total));
 
@@ -280,8 +280,8 @@ async fn roll_dice_in_node_is_only_lanlans_and_totals_within_bounds() {
 async fn disk_usage_in_sh_answers_a_line_of_text() {
     let ex = Examples::start().await;
     let a = ex.call("disk_usage", None, json!({})).await;
-    assert!(!a.view.is_error, "{a:?}");
-    let text = a.view.output.as_str().unwrap_or_else(|| panic!("{a:?}"));
+    assert!(!a.is_error, "{a:?}");
+    let text = a.output.as_str().unwrap_or_else(|| panic!("{a:?}"));
     // "4.0G used of 20G (20%), 16G free, on /"
     let (used, rest) = text.split_once(" used of ").expect(text);
     let (total, rest) = rest.split_once(" (").expect(text);
@@ -300,9 +300,9 @@ async fn disk_usage_in_sh_answers_a_line_of_text() {
 async fn arguments_the_schema_refuses_are_answered_without_running_the_handler() {
     let ex = Examples::start().await;
     let bad = ex.call("witness", None, json!({"n": "three"})).await;
-    assert!(bad.view.is_error, "{bad:?}");
-    assert_eq!(bad.view.output["code"], "INVALID_ARGUMENTS");
-    let msg = bad.view.error.as_ref().and_then(Value::as_str).unwrap();
+    assert!(bad.is_error, "{bad:?}");
+    assert_eq!(bad.output["code"], "INVALID_ARGUMENTS");
+    let msg = bad.error.as_ref().and_then(Value::as_str).unwrap();
     assert!(
         msg.starts_with(
             "the arguments do not match the parameters of `witness`, so it was not run:"
@@ -313,7 +313,7 @@ async fn arguments_the_schema_refuses_are_answered_without_running_the_handler()
 
     // The witness works: a valid call runs it.
     let good = ex.call("witness", None, json!({"n": 3})).await;
-    assert_eq!(good.view.output, json!("ran"), "{good:?}");
+    assert_eq!(good.output, json!("ran"), "{good:?}");
     assert!(ex.witness.exists());
     assert_eq!(
         ex.outcomes("witness"),
@@ -330,9 +330,9 @@ async fn arguments_the_schema_refuses_are_answered_without_running_the_handler()
             json!({"value": "hot", "from": "c", "to": "kelvin"}),
         )
         .await;
-    assert!(a.view.is_error, "{a:?}");
-    assert_eq!(a.view.output["code"], "INVALID_ARGUMENTS");
-    let pointers: Vec<&str> = a.view.output["problems"]
+    assert!(a.is_error, "{a:?}");
+    assert_eq!(a.output["code"], "INVALID_ARGUMENTS");
+    let pointers: Vec<&str> = a.output["problems"]
         .as_array()
         .unwrap()
         .iter()
@@ -359,9 +359,9 @@ async fn arguments_that_were_not_json_arrive_as_raw_and_are_answered_without_run
         })
         .await
         .unwrap();
-    assert!(a.view.is_error, "{a:?}");
-    assert_eq!(a.view.output["code"], "INVALID_ARGUMENTS");
-    let msg = a.view.error.as_ref().and_then(Value::as_str).unwrap();
+    assert!(a.is_error, "{a:?}");
+    assert_eq!(a.output["code"], "INVALID_ARGUMENTS");
+    let msg = a.error.as_ref().and_then(Value::as_str).unwrap();
     assert!(
         msg.starts_with("the arguments were not valid JSON, so `witness` was not run")
             && msg.contains("n equals three"),
@@ -380,7 +380,7 @@ async fn arguments_that_were_not_json_arrive_as_raw_and_are_answered_without_run
         })
         .await
         .unwrap();
-    assert!(w.view.is_error, "{w:?}");
-    assert_eq!(w.view.output["code"], "INVALID_ARGUMENTS");
+    assert!(w.is_error, "{w:?}");
+    assert_eq!(w.output["code"], "INVALID_ARGUMENTS");
     assert_eq!(ex.outcomes("get_weather"), [(Outcome::InvalidArguments, 1)]);
 }

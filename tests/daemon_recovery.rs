@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use daemon_support::*;
 use neko_sidecar::devserver::{DevServerHandle, InvokeRequest};
-use neko_sidecar::status::StatusSnapshot;
 use serde_json::json;
 
 /// Scheduling slack on top of a computed bound, on a busy 2-core machine.
@@ -40,28 +39,6 @@ fn all_back(h: &DevServerHandle) -> bool {
     let snap = h.registry_snapshot();
     our_names(&snap, "小八") == ["alpha", "beta"]
         && our_names(&snap, "Lanlan") == ["alpha", "beta", "gamma"]
-}
-
-async fn wait_status(d: &InProcess, what: &str, pred: impl Fn(&StatusSnapshot) -> bool) {
-    let status = &d.daemon().status;
-    let mut changes = status.subscribe();
-    let ok = tokio::time::timeout(WAIT, async {
-        loop {
-            changes.mark_unchanged();
-            if pred(&status.snapshot()) {
-                return;
-            }
-            if changes.changed().await.is_err() {
-                return;
-            }
-        }
-    })
-    .await;
-    assert!(
-        ok.is_ok() && pred(&status.snapshot()),
-        "timed out waiting for {what}: {:#?}",
-        status.snapshot()
-    );
 }
 
 /// Tool name → callback URL of our tools, as role `小八` holds them.
@@ -174,9 +151,9 @@ async fn a_killed_sidecar_is_evicted_and_its_successor_takes_over_without_confli
             "still listed before call {attempt}"
         );
         let answer = invoke(&h, "alpha").await;
-        assert!(answer.view.is_error, "{answer:?}");
+        assert!(answer.is_error, "{answer:?}");
         assert_eq!(
-            answer.view.error,
+            answer.error,
             Some(json!(
                 "remote tool callback HTTP failure: ConnectError: All connection attempts failed"
             ))
@@ -198,8 +175,8 @@ async fn a_killed_sidecar_is_evicted_and_its_successor_takes_over_without_confli
         assert_ne!(Some(url), a_urls.get(name), "{name} has a new callback URL");
     }
     let answer = invoke(&h, "alpha").await;
-    assert!(!answer.view.is_error, "{answer:?}");
-    assert_eq!(answer.view.output, json!("alpha:v1"));
+    assert!(!answer.is_error, "{answer:?}");
+    assert_eq!(answer.output, json!("alpha:v1"));
     let conflicts: Vec<String> = b
         .stderr()
         .into_iter()

@@ -70,7 +70,10 @@ async fn stops_cleanly_on(sig: Signal) {
     let snap = h.registry_snapshot();
     for role in snap.role_names() {
         assert!(ours(&snap, role).is_empty(), "{}", describe(&snap));
-        assert!(snap.names(role).contains(&"web_search"), "built-ins stay");
+        assert!(
+            snap.names(role).contains(&"recall_memory"),
+            "built-ins stay"
+        );
     }
     assert!(
         warnings(&sidecar.stderr()).is_empty(),

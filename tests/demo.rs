@@ -69,6 +69,7 @@ fn the_demo_tells_the_whole_story_and_every_step_holds() {
     want.extend(expected_tools.iter().map(|t| format!("call:{t}")));
     want.extend(
         [
+            "failure",
             "validation",
             "restored",
             "schema_updated",
@@ -78,6 +79,22 @@ fn the_demo_tells_the_whole_story_and_every_step_holds() {
         .map(String::from),
     );
     assert_eq!(steps, want);
+    // The failing call shows the exact text the model reads, reason and all.
+    let failure = report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["step"] == "failure")
+        .unwrap();
+    let text = failure["detail"]["model_text"].as_str().unwrap();
+    assert!(
+        text.contains("unknown city") && text.contains("Atlantis"),
+        "{text}"
+    );
+    assert!(
+        stdout.contains(&format!("the model reads (is_error): {text}")),
+        "{stdout}"
+    );
     let last = report["steps"].as_array().unwrap().last().unwrap();
     assert_eq!(last["detail"]["left"], 0);
 }

@@ -1,6 +1,6 @@
 //! The stand-in's own controls: fault injection, the listener going down
-//! and up, the request log, roles, and the `/__dev/` HTTP routes that
-//! mirror the handle. These are not main_server behaviour, so every test
+//! and up, the request log, roles (added, removed, all removed, rebuilt),
+//! the ledger, and the `/__dev/` HTTP routes that mirror the handle. These are not main_server behaviour, so every test
 //! is skipped against a real server.
 
 mod support;
@@ -8,6 +8,7 @@ mod support;
 use std::time::Duration;
 
 use axum::http::StatusCode;
+use neko_sidecar::devserver::RECALL_MEMORY;
 use serde_json::json;
 use support::{dev_target, split};
 
@@ -167,14 +168,13 @@ async fn roles_can_be_added_and_removed() {
     let Some((t, h)) = dev_target("roles").await else {
         return;
     };
-    t.register(json!({"name": "t", "callback_url": CB})).await;
+    t.register(json!({"name": "t", "callback_url": CB, "role": "小八"}))
+        .await;
     assert!(h.add_role("Mochi"));
     assert!(!h.add_role("Mochi"));
-    // A new role starts like a new session manager: built-ins only.
-    assert_eq!(
-        h.registry_snapshot().names("Mochi"),
-        ["web_search", "get_current_time"]
-    );
+    // A new role starts like a new session manager: the built-in, and the
+    // ledger's global entries (there are none; `t` is scoped to 小八).
+    assert_eq!(h.registry_snapshot().names("Mochi"), [RECALL_MEMORY]);
     assert_eq!(t.roles().await, ["小八", "Lanlan", "Mochi"]);
     assert!(h.remove_role("小八"));
     let (status, body) = t.get("/api/tools?role=小八").await;
@@ -182,6 +182,9 @@ async fn roles_can_be_added_and_removed() {
         (status, body),
         (404, json!({"detail": "unknown role: 小八"}))
     );
+    assert_eq!(h.remove_all_roles(), ["Lanlan", "Mochi"]);
+    assert!(h.registry_snapshot().roles.is_empty());
+    assert!(h.remove_all_roles().is_empty());
 }
 
 #[tokio::test]
@@ -215,7 +218,7 @@ async fn dev_routes_mirror_the_handle() {
     assert_eq!(status, 200);
     assert_eq!(reg["roles"], json!(["小八", "Lanlan"]));
     assert_eq!(
-        reg["tools_by_role"]["Lanlan"][2],
+        reg["tools_by_role"]["Lanlan"][1],
         json!({"name":"t","description":"","parameters":{"type":"object"},"callback_url":CB,"source":"external","timeout_seconds":30.0,"is_remote":true,"scope":"global"})
     );
 
@@ -235,8 +238,41 @@ async fn dev_routes_mirror_the_handle() {
         .await;
     assert_eq!(body["removed"], true);
 
+    let (_, ledger) = t.get("/__dev/ledger").await;
+    assert_eq!(ledger["ledger"][0]["role"], json!(null));
+    assert_eq!(ledger["ledger"][0]["tool"]["name"], "t");
+    t.post("/api/tools/clear", &json!({"source": "builtin"}))
+        .await;
+    let (_, body) = t
+        .post("/__dev/roles/rebuild", &json!({"role": "小八"}))
+        .await;
+    assert_eq!(body, json!({"ok": true, "rebuilt": true, "role": "小八"}));
+    assert_eq!(h.registry_snapshot().names("小八"), [RECALL_MEMORY, "t"]);
+    assert_eq!(h.registry_snapshot().names("Lanlan"), ["t"]);
+    let (_, body) = t
+        .post("/__dev/roles/rebuild", &json!({"role": "Nobody"}))
+        .await;
+    assert_eq!(body["rebuilt"], false);
+
+    let (_, body) = t.post("/__dev/roles/remove-all", &json!({})).await;
+    assert_eq!(
+        body,
+        json!({"ok": true, "removed": ["小八", "Lanlan"], "roles": []})
+    );
+    assert_eq!(
+        t.get("/api/tools").await.1,
+        json!({"ok": true, "tools_by_role": {}})
+    );
+    t.post("/__dev/roles/add", &json!({"role": "小八"})).await;
+
+    assert_eq!(
+        h.registry_snapshot().names("小八"),
+        [RECALL_MEMORY, "t"],
+        "a role added back gets the ledger replayed"
+    );
     assert_eq!(t.post("/__dev/restart", &json!({})).await.0, 200);
     assert!(h.registry_snapshot().tool("小八", "t").is_none());
+    assert!(h.ledger().is_empty());
 
     let res = t
         .client
@@ -254,10 +290,30 @@ async fn dev_routes_mirror_the_handle() {
 }
 
 #[tokio::test]
-async fn dev_routes_keep_the_host_gate() {
-    let Some((t, _h)) = dev_target("dev_host_gate").await else {
+async fn dev_routes_keep_the_host_and_local_gates() {
+    let Some((t, h)) = dev_target("dev_host_gate").await else {
         return;
     };
+    t.post(
+        "/api/tools/register",
+        &json!({"name": "t", "callback_url": CB}),
+    )
+    .await;
+    let res = t
+        .client
+        .post(format!("{}/__dev/restart", t.url))
+        .header("host", "10.1.2.3")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        split(res).await,
+        (401, json!({"detail": "instance_authorization_required"}))
+    );
+    assert!(
+        h.registry_snapshot().tool("小八", "t").is_some(),
+        "not restarted"
+    );
     let res = t
         .client
         .post(format!("{}/__dev/restart", t.url))

@@ -1,12 +1,14 @@
 //! The callback half of the contract, through the stand-in's
-//! `/__dev/invoke`: the body main_server POSTs, the six reading rules, and
-//! dead-plugin eviction, against tiny callback servers playing a plugin.
+//! `/__dev/invoke`: the body main_server POSTs, how it builds `output` and
+//! the text the model reads (`model_text`), images, and dead-plugin
+//! eviction, against tiny callback servers playing a plugin.
 //!
 //! Every test needs `/__dev/` control, so against a real server they all
 //! say they were skipped.
 
 mod support;
 
+use neko_sidecar::contract::images::sample_png_b64;
 use serde_json::{Value, json};
 use support::{CallbackServer, Target, dev_target, refused_port, silent_server};
 
@@ -71,9 +73,11 @@ async fn arguments_are_wrapped_when_not_a_json_object() {
     };
     let cb = CallbackServer::start(200, "application/json", "{}").await;
     register(&t, "t", &cb.url, "external", 30.0).await;
-    invoke(&t, json!({"name": "t", "raw_arguments": "city=Tokyo"})).await;
+    invoke(&t, json!({"name": "t", "raw_arguments": "  city=Tokyo\n"})).await;
     invoke(&t, json!({"name": "t", "raw_arguments": "[1,2]"})).await;
     invoke(&t, json!({"name": "t", "arguments": {"a": 1}})).await;
+    invoke(&t, json!({"name": "t", "raw_arguments": ""})).await;
+    invoke(&t, json!({"name": "t", "raw_arguments": " \n"})).await;
     let args: Vec<_> = cb
         .received()
         .iter()
@@ -82,11 +86,28 @@ async fn arguments_are_wrapped_when_not_a_json_object() {
     assert_eq!(
         args,
         [
-            (json!({"_raw": "city=Tokyo"}), json!("city=Tokyo")),
+            // Text that is not JSON arrives stripped; empty or blank text as {}.
+            (json!({"_raw": "city=Tokyo"}), json!("  city=Tokyo\n")),
             (json!({"value": [1, 2]}), json!("[1,2]")),
             (json!({"a": 1}), json!("{\"a\":1}")),
+            (json!({}), json!("")),
+            (json!({}), json!(" \n")),
         ]
     );
+}
+
+#[tokio::test]
+async fn call_ids_are_not_unique() {
+    let Some((t, _h)) = dev_target("call_ids_are_not_unique").await else {
+        return;
+    };
+    let cb = CallbackServer::start(200, "application/json", "{}").await;
+    register(&t, "t", &cb.url, "external", 30.0).await;
+    invoke(&t, json!({"name": "t"})).await;
+    invoke(&t, json!({"name": "t"})).await;
+    let ids: Vec<_> = cb.received().iter().map(|b| b["call_id"].clone()).collect();
+    // As from a provider that gives none: `call_0` in every turn.
+    assert_eq!(ids, [json!("call_0"), json!("call_0")]);
 }
 
 #[tokio::test]
@@ -149,9 +170,10 @@ async fn rule5_envelope_is_error_is_truthy_tested() {
     let Some(answer) = call_answering(200, "application/json", body).await else {
         return;
     };
+    // The model reads `output` alone: this reason never reaches it.
     assert_eq!(
         answer,
-        json!({"call_id": answer["call_id"], "role": "小八", "output": null, "is_error": true, "error": "city not found", "images": [], "warnings": []})
+        json!({"model_text": "null", "output": null, "is_error": true, "error": "city not found", "error_reaches_model": false, "images": [], "warnings": [], "call_id": "call_0", "role": "小八"})
     );
     let Some(answer) = call_answering(
         200,
@@ -178,13 +200,20 @@ async fn rule5_envelope_is_error_is_truthy_tested() {
     assert_eq!(answer["output"], json!({"is_error":0,"x":1}));
 }
 
+/// A body answering `output` and these `images`, as JSON text.
+fn with_images(images: Value) -> &'static str {
+    let body = json!({"output": "ok", "is_error": false, "images": images}).to_string();
+    Box::leak(body.into_boxed_str())
+}
+
 #[tokio::test]
-async fn rule5_at_most_two_valid_images_pass() {
-    let body = r#"{"output":"ok","is_error":false,"images":[
-        {"data_b64":"aGk=","mime":"image/png","vision_prompt":"one"},
-        {"data_b64":"","mime":"image/png","vision_prompt":"bad"},
-        {"data_b64":"aGk=","mime":"image/jpeg","vision_prompt":"two"},
-        {"data_b64":"aGk=","mime":"image/png","vision_prompt":"three"}]}"#;
+async fn rule7_only_the_first_two_images_are_looked_at_and_must_be_real() {
+    let png = sample_png_b64(3, 2);
+    let body = with_images(json!([
+        {"data_b64": png, "mime": "image/png", "vision_prompt": "one"},
+        {"data_b64": "aGk=", "mime": "image/png", "vision_prompt": "not a PNG"},
+        {"data_b64": png, "mime": "image/png", "vision_prompt": "three"},
+    ]));
     let Some(answer) = call_answering(200, "application/json", body).await else {
         return;
     };
@@ -192,10 +221,47 @@ async fn rule5_at_most_two_valid_images_pass() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|i| i["vision_prompt"].clone())
+        .map(|i| {
+            (
+                i["vision_prompt"].clone(),
+                i["width"].clone(),
+                i["mime"].clone(),
+            )
+        })
         .collect();
-    assert_eq!(prompts, [json!("one"), json!("two")]);
+    assert_eq!(prompts, [(json!("one"), json!(3), json!("image/png"))]);
     assert_eq!(answer["warnings"].as_array().unwrap().len(), 2, "{answer}");
+    // Rule 8: the warnings reach the model inside `output`, a string
+    // output wrapped as `{"result": ...}` first.
+    assert_eq!(answer["output"]["result"], "ok");
+    assert_eq!(answer["output"]["_image_warnings"], answer["warnings"]);
+    let text = answer["model_text"].as_str().unwrap();
+    assert!(
+        text.contains("_image_warnings") && text.contains("not a JPEG or PNG"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn rule7_a_model_that_cannot_see_images_reads_their_descriptions() {
+    let Some((t, _h)) = dev_target("image_descriptions").await else {
+        return;
+    };
+    let body =
+        with_images(json!([{"data_b64": sample_png_b64(4, 4), "vision_prompt": "a red square"}]));
+    let cb = CallbackServer::start(200, "application/json", body).await;
+    register(&t, "t", &cb.url, "external", 30.0).await;
+    let (code, answer) = invoke(&t, json!({"name": "t", "sees_images": false})).await;
+    assert_eq!(code, 200, "{answer}");
+    let text = answer["model_text"].as_str().unwrap();
+    assert!(
+        text.contains("_image_descriptions") && text.contains("a red square"),
+        "{text}"
+    );
+    // A model that sees images gets the image, not a description.
+    let (_, answer) = invoke(&t, json!({"name": "t"})).await;
+    assert_eq!(answer["model_text"], json!("ok"));
+    assert_eq!(answer["images"].as_array().map(Vec::len), Some(1));
 }
 
 #[tokio::test]
@@ -252,12 +318,12 @@ async fn unknown_tool_or_role_is_404_and_builtins_answer() {
         )
     );
     assert_eq!(
-        invoke(&t, json!({"name": "web_search", "role": "X"})).await,
+        invoke(&t, json!({"name": "recall_memory", "role": "X"})).await,
         (404, json!({"detail": "unknown role: X"}))
     );
     let (status, answer) = invoke(
         &t,
-        json!({"name": "web_search", "arguments": {"query": "neko"}}),
+        json!({"name": "recall_memory", "arguments": {"query": "neko"}}),
     )
     .await;
     assert_eq!(status, 200);
@@ -300,14 +366,14 @@ async fn third_connection_failure_evicts_the_plugins_tools_on_that_port_everywhe
     }
     assert_eq!(
         h.registry_snapshot().names("Lanlan"),
-        ["web_search", "get_current_time", "a", "b", "c", "d"]
+        ["recall_memory", "a", "b", "c", "d"]
     );
     let (status, answer) = invoke(&t, json!({"name": "b", "role": "Lanlan"})).await;
     assert_eq!((status, answer["is_error"].clone()), (200, json!(true)));
     for role in ["小八", "Lanlan"] {
         assert_eq!(
             h.registry_snapshot().names(role),
-            ["web_search", "get_current_time", "c", "d"],
+            ["recall_memory", "c", "d"],
             "{role}"
         );
     }
@@ -362,6 +428,6 @@ async fn read_timeouts_and_non_plugin_sources_never_evict() {
     }
     assert_eq!(
         h.registry_snapshot().names("小八"),
-        ["web_search", "get_current_time", "slow", "ext"]
+        ["recall_memory", "slow", "ext"]
     );
 }

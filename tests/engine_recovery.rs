@@ -119,10 +119,11 @@ async fn tools_evicted_after_three_refused_callbacks_come_back() {
                 arguments: Some(serde_json::json!({"city": "x"})),
                 raw_arguments: None,
                 role: None,
+                sees_images: None,
             })
             .await
             .unwrap_or_else(|e| panic!("call {i}: {e}; log: {:#?}", h.requests()));
-        assert!(answer.view.is_error, "{answer:?}");
+        assert!(answer.is_error, "{answer:?}");
     }
     // The engine noticed the eviction (it registered both again) and both
     // are back.

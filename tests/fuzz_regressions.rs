@@ -12,16 +12,16 @@ use neko_sidecar::callback::envelope::normalise;
 #[test]
 fn envelope_rest_keeps_the_handlers_key_order() {
     let body = br#"{"is_error": false, "temp": 3, "city": "x", "unit": "C", "images": []}"#;
-    let out = normalise(body).envelope.to_json();
+    let out = normalise(body).to_json();
     assert_eq!(
         out.to_string(),
-        r#"{"output":{"temp":3,"city":"x","unit":"C"},"is_error":false}"#
+        r#"{"output":{"temp":3,"city":"x","unit":"C"},"is_error":false,"images":[]}"#
     );
     let body = br#"{"a": 1, "is_error": true, "b": 2, "error": "no", "c": 3}"#;
-    let out = normalise(body).envelope.to_json();
+    let out = normalise(body).to_json();
     assert_eq!(
         out.to_string(),
-        r#"{"output":{"a":1,"b":2,"c":3},"is_error":true,"error":"no"}"#
+        r#"{"output":{"a":1,"b":2,"c":3,"error":"no"},"is_error":true,"error":"no"}"#
     );
 }
 

@@ -8,8 +8,9 @@
 //! of the hot path (`success_wire`, the fast `parse_request`) are checked
 //! against the reference readings they shortcut.
 
-use neko_sidecar::callback::envelope::{MAX_IMAGES, normalise, success_wire, truthy};
+use neko_sidecar::callback::envelope::{normalise, success_wire};
 use neko_sidecar::callback::validate::{parse_request, parse_request_slow};
+use neko_sidecar::contract::{model_reads, model_text, read_answer, truthy};
 use proptest::prelude::*;
 use serde_json::{Map, Value as Json, json};
 
@@ -58,19 +59,25 @@ fn python_bool(v: &Json) -> bool {
     }
 }
 
-fn valid_image() -> impl Strategy<Value = Json> {
-    (
-        "[A-Za-z0-9+/=_-]{1,12}",
-        prop::sample::select(vec!["image/png", "image/jpeg", "image/webp"]),
-        prop::option::of(".{0,10}"),
-    )
-        .prop_map(|(data, mime, prompt)| {
-            let mut img = json!({"data_b64": data, "mime": mime});
-            if let Some(p) = prompt {
-                img["vision_prompt"] = Json::String(p);
-            }
-            img
-        })
+/// What main_server makes of the sidecar's answer holds the reason of a
+/// failure in the text the model reads.
+fn m_check(n: &neko_sidecar::callback::envelope::Envelope) -> Result<(), TestCaseError> {
+    let read = read_answer(200, &n.to_vec(), true);
+    prop_assert_eq!(read.is_error, n.is_error);
+    if n.is_error {
+        let reason = n.error.clone().unwrap_or_default();
+        let text = read.model_text();
+        prop_assert!(
+            model_reads(&read.output, &reason)
+                // No reason given, and the handler's own output explains
+                // the failure: it reaches the model as it is.
+                || (reason.contains("see the output") && truthy(&n.output) && text.contains(model_text(&n.output).trim_end_matches('}'))),
+            "{} does not hold {}",
+            text,
+            reason
+        );
+    }
+    Ok(())
 }
 
 proptest! {
@@ -79,20 +86,18 @@ proptest! {
     #[test]
     fn normalise_is_total_and_always_answers_an_envelope(body in prop::collection::vec(any::<u8>(), 0..200)) {
         let n = normalise(&body);
-        let v = n.envelope.to_json();
+        let v = n.to_json();
         let obj = v.as_object().expect("an object");
-        prop_assert_eq!(obj.get("is_error"), Some(&Json::Bool(n.envelope.is_error)));
-        prop_assert_eq!(obj.contains_key("error"), n.envelope.is_error);
-        prop_assert!(n.envelope.images.len() <= MAX_IMAGES);
+        prop_assert_eq!(obj.get("is_error"), Some(&Json::Bool(n.is_error)));
+        prop_assert_eq!(obj.contains_key("error"), n.is_error);
     }
 
     #[test]
     fn any_json_answer_is_total(value in arb_json()) {
         let n = normalise(value.to_string().as_bytes());
-        let v = n.envelope.to_json();
-        prop_assert_eq!(v["is_error"].as_bool(), Some(n.envelope.is_error));
-        prop_assert_eq!(v.get("error").is_some(), n.envelope.is_error);
-        prop_assert!(n.envelope.images.len() <= MAX_IMAGES);
+        let v = n.to_json();
+        prop_assert_eq!(v["is_error"].as_bool(), Some(n.is_error));
+        prop_assert_eq!(v.get("error").is_some(), n.is_error);
     }
 
     #[test]
@@ -100,8 +105,10 @@ proptest! {
         prop_assert_eq!(truthy(&flag), python_bool(&flag));
         let body = json!({"output": output.clone(), "is_error": flag.clone()});
         let n = normalise(body.to_string().as_bytes());
-        prop_assert_eq!(n.envelope.is_error, python_bool(&flag));
-        prop_assert_eq!(n.envelope.output, output);
+        prop_assert_eq!(n.is_error, python_bool(&flag));
+        if !n.is_error {
+            prop_assert_eq!(n.output, output);
+        }
     }
 
     #[test]
@@ -111,32 +118,59 @@ proptest! {
         let n = normalise(&body);
         let text = String::from_utf8_lossy(&body);
         prop_assert_eq!(
-            n.envelope.output,
+            n.output,
             Json::String(text.trim_end_matches(['\r', '\n']).to_string())
         );
-        prop_assert!(!n.envelope.is_error);
+        prop_assert!(!n.is_error);
     }
 
     #[test]
     fn a_valid_envelope_round_trips_to_the_byte(
         output in arb_json(),
         failure in prop::option::of("[A-Za-z][A-Za-z ]{0,20}"),
-        images in prop::collection::vec(valid_image(), 0..=MAX_IMAGES),
+        images in prop::option::of(arb_json()),
     ) {
-        // Built in the order the sidecar writes its own answers.
+        // Built in the order the sidecar writes its own answers, a failure
+        // with its reason in `output` as the recommended envelope has it.
         let mut m = Map::new();
-        m.insert("output".into(), output);
+        match &failure {
+            Some(e) => m.insert("output".into(), json!({"error": e, "detail": output})),
+            None => m.insert("output".into(), output),
+        };
         m.insert("is_error".into(), Json::Bool(failure.is_some()));
         if let Some(e) = failure {
             m.insert("error".into(), Json::String(e));
         }
-        if !images.is_empty() {
-            m.insert("images".into(), Json::Array(images));
+        if let Some(images) = images {
+            m.insert("images".into(), images);
         }
         let sent = Json::Object(m).to_string();
         let n = normalise(sent.as_bytes());
-        prop_assert!(n.warnings.is_empty(), "{:?}", n.warnings);
-        prop_assert_eq!(n.envelope.to_json().to_string(), sent);
+        prop_assert_eq!(n.to_json().to_string(), sent);
+    }
+
+    #[test]
+    fn the_reason_of_a_failure_always_reaches_the_model(body in arb_json(), flag in arb_json(), error in prop::option::of(arb_json())) {
+        // Whatever the handler answered, main_server's reading of what the
+        // sidecar sends on has the failure's reason in the model's text.
+        let mut m = Map::new();
+        if let Json::Object(o) = body { m.extend(o); } else { m.insert("output".into(), body); }
+        m.insert("is_error".into(), flag);
+        if let Some(e) = error { m.insert("error".into(), e); }
+        let n = normalise(Json::Object(m).to_string().as_bytes());
+        m_check(&n)?;
+    }
+
+    #[test]
+    fn a_success_output_reaches_the_model_as_the_handler_wrote_it(output in arb_json(), error in prop::option::of(arb_json())) {
+        let mut m = Map::new();
+        m.insert("output".into(), output.clone());
+        m.insert("is_error".into(), Json::Bool(false));
+        if let Some(e) = error { m.insert("error".into(), e); }
+        let n = normalise(Json::Object(m).to_string().as_bytes());
+        let read = read_answer(200, &n.to_vec(), true);
+        prop_assert_eq!(read.output, output);
+        prop_assert!(!read.is_error);
     }
 
     #[test]
@@ -160,7 +194,7 @@ proptest! {
             m.insert("is_error".into(), Json::Bool(flag));
         }
         let n = normalise(Json::Object(m).to_string().as_bytes());
-        prop_assert_eq!(n.envelope.output.to_string(), Json::Object(rest).to_string());
+        prop_assert_eq!(n.output.to_string(), Json::Object(rest).to_string());
     }
 
     #[test]
@@ -172,7 +206,7 @@ proptest! {
         };
         if let Some(wire) = success_wire(body.as_bytes()) {
             let sent: Json = serde_json::from_slice(&wire).expect("the wire is JSON");
-            prop_assert_eq!(sent, normalise(body.as_bytes()).envelope.to_json());
+            prop_assert_eq!(sent, normalise(body.as_bytes()).to_json());
         }
     }
 
@@ -190,14 +224,14 @@ proptest! {
         let wire = success_wire(body.as_bytes());
         prop_assert!(wire.is_some(), "{}", body);
         let sent: Json = serde_json::from_slice(&wire.unwrap()).unwrap();
-        prop_assert_eq!(sent, normalise(body.as_bytes()).envelope.to_json());
+        prop_assert_eq!(sent, normalise(body.as_bytes()).to_json());
     }
 
     #[test]
     fn success_wire_on_any_bytes_is_json_or_declines(body in prop::collection::vec(any::<u8>(), 0..200)) {
         if let Some(wire) = success_wire(&body) {
             let sent: Json = serde_json::from_slice(&wire).expect("the wire is JSON");
-            prop_assert_eq!(sent, normalise(&body).envelope.to_json());
+            prop_assert_eq!(sent, normalise(&body).to_json());
         }
     }
 

@@ -6,7 +6,8 @@
 
 use std::path::Path;
 
-use neko_sidecar::callback::envelope::{Envelope, MAX_IMAGES};
+use neko_sidecar::callback::envelope::Envelope;
+use neko_sidecar::contract::read_answer;
 use neko_sidecar::diag::{Diagnostic, Position};
 use serde_json::Value as Json;
 
@@ -48,8 +49,9 @@ pub fn assert_reading_order(path: &Path, diags: &[Diagnostic]) {
 }
 
 /// The shape main_server relies on: an object with a real boolean
-/// `is_error`, an `error` string exactly when it is true, and at most
-/// `MAX_IMAGES` images. Checked on the serialised body, as sent.
+/// `is_error`, an `error` string exactly when it is true, and, on failure,
+/// that reason in the text main_server shows the model. Checked on the
+/// serialised body, as sent.
 pub fn assert_envelope_shape(env: &Envelope) {
     let json = env.to_json();
     let text = serde_json::to_string(&json).expect("an envelope always serialises");
@@ -70,12 +72,10 @@ pub fn assert_envelope_shape(env: &Envelope) {
         }
         Some(other) => panic!("`error` is not a string but {other}: {text}"),
     }
-    match obj.get("images") {
-        None => {}
-        Some(Json::Array(a)) => {
-            assert!(!a.is_empty() && a.len() <= MAX_IMAGES, "{text}");
-        }
-        Some(other) => panic!("`images` is not a list but {other}: {text}"),
+    assert_eq!(obj.get("images"), env.images.as_ref(), "{text}");
+    let read = read_answer(200, text.as_bytes(), true);
+    assert_eq!(read.is_error, env.is_error, "{text}");
+    if let Some(e) = env.error.as_deref().filter(|e| !e.contains("see the output")) {
+        assert!(read.model_text().contains(e), "the model does not read {e:?}: {text}");
     }
-    assert!(env.images.len() <= MAX_IMAGES, "{text}");
 }

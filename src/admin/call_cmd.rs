@@ -5,8 +5,9 @@
 //! The request is the stand-in's own (`devserver::invoke`): the same body
 //! (`name`, `arguments` wrapped as main_server wraps them, a fresh
 //! `call_id`, `raw_arguments`), the same timeouts, no redirects; the answer
-//! is read with the same six rules (`devserver::reading`). So a plugin
-//! author sees exactly the model's view, validation failures included.
+//! is read with main_server's rules (`contract::answer`). So a plugin
+//! author sees exactly the text the model reads, validation failures
+//! included.
 //! It never registers anything and never talks to main_server.
 
 use std::path::Path;
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::client::{AdminClient, ClientError, admin_url};
-use crate::devserver::invoke::{callback_body, new_call_id, post_callback};
+use crate::devserver::invoke::{callback_body, post_callback, turn_call_id};
 
 /// main_server's default when a tool's timeout is unknown.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -33,8 +34,9 @@ pub struct CallOptions {
 /// What the model would see, and whether it is an error.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallReport {
-    /// `tool`, `call_id`, `output`, `is_error`, `error`, `images` (a count),
-    /// `warnings`, `took_ms`.
+    /// `model_text` (exactly what the model reads), `tool`, `call_id`,
+    /// `output`, `is_error`, `error`, `images` (a count), `warnings`,
+    /// `took_ms`.
     pub answer: Value,
     pub is_error: bool,
 }
@@ -92,13 +94,15 @@ pub async fn call(
         .timeout_seconds
         .filter(|s| s.is_finite() && *s > 0.0)
         .map_or(DEFAULT_TIMEOUT, Duration::from_secs_f64);
-    let call_id = new_call_id();
+    let call_id = turn_call_id(0);
     let started = Instant::now();
-    let (view, _) = post_callback(&url, timeout, &callback_body(&tool.name, &raw, &call_id)).await;
+    let body = callback_body(&tool.name, &raw, &call_id);
+    let (view, _) = post_callback(&url, timeout, &body, true).await;
     let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     Ok(CallReport {
         is_error: view.is_error,
         answer: json!({
+            "model_text": view.model_text(),
             "tool": tool.name,
             "call_id": call_id,
             "output": view.output,

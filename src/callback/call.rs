@@ -115,16 +115,13 @@ async fn run(
             if let Some(wire) = success_wire(&bytes) {
                 return (Reply::Wire(wire), Outcome::Ok, call_id);
             }
-            let n = normalise(&bytes);
-            for w in &n.warnings {
-                tracing::warn!(tool = %spec.name, call_id, "handler answer: {w}");
-            }
-            let outcome = if n.envelope.is_error {
+            let envelope = normalise(&bytes);
+            let outcome = if envelope.is_error {
                 Outcome::ToolError
             } else {
                 Outcome::Ok
             };
-            (Reply::Envelope(n.envelope), outcome, call_id)
+            (Reply::Envelope(envelope), outcome, call_id)
         }
         Err(e) => fail(e.outcome(), e.to_string()),
     }

@@ -4,21 +4,20 @@
 //! main_server truth-tests that field (the string "false" would read as a
 //! failure). This file owns the shape of the envelopes the sidecar makes
 //! itself and the normalisation of whatever a handler answered. It is pure:
-//! it never does I/O and never logs (dropped images come back as warnings
-//! for the caller to log).
+//! it never does I/O and never logs.
 //!
 //! Error envelopes the sidecar makes look like
 //! `{"output": {"error": MESSAGE, "code": CODE, ..}, "is_error": true, "error": MESSAGE}`:
-//! the human-readable MESSAGE is in `error` (which main_server shows the
-//! model only when `is_error` is true) and again in `output.error`, so the
-//! model sees it whichever field a renderer favours; CODE is a stable
-//! upper-case tag in the style of the Python SDK (`TOOL_NOT_REGISTERED`,
-//! `TOOL_TIMEOUT`, ...) for logs and for models that branch on it.
+//! main_server shows the model `output` alone, so the human-readable MESSAGE
+//! is in `output.error`, and again in `error` for main_server's logs; CODE
+//! is a stable upper-case tag in the style of the Python SDK
+//! (`TOOL_NOT_REGISTERED`, `TOOL_TIMEOUT`, ...) for logs and for models that
+//! branch on it. A handler's failure whose reason is only in `error` gets
+//! it copied into `output` (`reason_in_output`).
 
 use serde_json::{Map, Value as Json, json};
 
-/// At most this many images are kept, as main_server keeps.
-pub const MAX_IMAGES: usize = 2;
+use crate::contract::{is_envelope, model_reads, truthy};
 
 /// A normalised answer, ready to be serialised as the response body.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,16 +26,10 @@ pub struct Envelope {
     pub is_error: bool,
     /// Present exactly when `is_error`: what the model should read.
     pub error: Option<String>,
-    /// Valid image entries only, at most `MAX_IMAGES`.
-    pub images: Vec<Json>,
-}
-
-/// A handler's answer after normalisation, with what was dropped from it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Normalised {
-    pub envelope: Envelope,
-    /// One line per dropped image entry, for the caller to log.
-    pub warnings: Vec<String>,
+    /// The handler's `images`, forwarded as it gave them: main_server is
+    /// the one judge of images (`contract::images`), and a second judge
+    /// with other rules could only disagree with it.
+    pub images: Option<Json>,
 }
 
 impl Envelope {
@@ -46,7 +39,7 @@ impl Envelope {
             output,
             is_error: false,
             error: None,
-            images: Vec::new(),
+            images: None,
         }
     }
 
@@ -72,7 +65,7 @@ impl Envelope {
             output: Json::Object(output),
             is_error: true,
             error: Some(message),
-            images: Vec::new(),
+            images: None,
         }
     }
 
@@ -91,15 +84,15 @@ impl Envelope {
                 use serde::ser::SerializeMap;
                 let e = self.0;
                 let error = e.error.as_ref().filter(|_| e.is_error);
-                let n = 2 + usize::from(error.is_some()) + usize::from(!e.images.is_empty());
+                let n = 2 + usize::from(error.is_some()) + usize::from(e.images.is_some());
                 let mut m = s.serialize_map(Some(n))?;
                 m.serialize_entry("output", &e.output)?;
                 m.serialize_entry("is_error", &e.is_error)?;
                 if let Some(error) = error {
                     m.serialize_entry("error", error)?;
                 }
-                if !e.images.is_empty() {
-                    m.serialize_entry("images", &e.images)?;
+                if let Some(images) = &e.images {
+                    m.serialize_entry("images", images)?;
                 }
                 m.end()
             }
@@ -115,8 +108,8 @@ impl Envelope {
         if let (true, Some(e)) = (self.is_error, &self.error) {
             m.insert("error".into(), Json::String(e.clone()));
         }
-        if !self.images.is_empty() {
-            m.insert("images".into(), Json::Array(self.images.clone()));
+        if let Some(images) = &self.images {
+            m.insert("images".into(), images.clone());
         }
         Json::Object(m)
     }
@@ -223,56 +216,42 @@ impl<'de> serde::Deserialize<'de> for TopLevel<'de> {
     }
 }
 
-/// Python truthiness, as main_server reads `is_error`: null, false, 0, "",
-/// [] and {} are false; everything else (the string "false" too) is true.
-pub fn truthy(v: &Json) -> bool {
-    match v {
-        Json::Null => false,
-        Json::Bool(b) => *b,
-        Json::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
-        Json::String(s) => !s.is_empty(),
-        Json::Array(a) => !a.is_empty(),
-        Json::Object(o) => !o.is_empty(),
-    }
-}
-
 /// Normalises the body a handler answered with success (HTTP 2xx, or exit
-/// status 0), keeping the meaning main_server would give it:
+/// status 0), keeping the meaning main_server would give it
+/// (`contract::answer`), and making sure a failure's reason is read:
 ///
 /// - empty (or only whitespace): the output is the empty string, as
 ///   main_server would show it (a tool that acts without a result is valid);
 /// - not JSON: the text is the output, lossily decoded as UTF-8, trailing
 ///   line breaks removed (a script's `echo` adds one);
-/// - JSON that is not an object, or an object with neither `output` nor
-///   `is_error`: the whole value is the output (main_server's rules 3 and 4);
-/// - an envelope (an object with `output` or `is_error`): `is_error` is
-///   coerced to a boolean by Python truthiness; the output is `output` when
-///   present, else the object without `images`, `is_error` and `error`
-///   (null when nothing is left); `error` is kept only when `is_error`
-///   (stringified when not a string, and a generic sentence when missing);
-///   `images` keeps the valid entries, at most `MAX_IMAGES`.
-pub fn normalise(body: &[u8]) -> Normalised {
-    let plain = |output: Json| Normalised {
-        envelope: Envelope::ok(output),
-        warnings: Vec::new(),
-    };
+/// - JSON that is not an envelope: the whole value is the output;
+/// - an envelope: `is_error` is coerced to a boolean by Python truthiness;
+///   the output is `output` when present, else the object without `images`,
+///   `is_error` and `error` (null when nothing is left); `images` is
+///   forwarded as the handler gave it (main_server is the one judge of
+///   images); a success's `output` is kept exactly.
+///
+/// On failure, `error` is the handler's (stringified when not a string, a
+/// generic sentence when missing), and `reason_in_output` puts it where the
+/// model reads it, since main_server shows the model `output` alone.
+pub fn normalise(body: &[u8]) -> Envelope {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return plain(Json::String(String::new()));
+        return Envelope::ok(Json::String(String::new()));
     }
     let value: Json = match serde_json::from_slice(body) {
         Ok(v) => v,
         Err(_) => {
             let text = String::from_utf8_lossy(body);
-            return plain(Json::String(
+            return Envelope::ok(Json::String(
                 text.trim_end_matches(['\r', '\n']).to_string(),
             ));
         }
     };
     let Json::Object(mut obj) = value else {
-        return plain(value);
+        return Envelope::ok(value);
     };
-    if !obj.contains_key("output") && !obj.contains_key("is_error") {
-        return plain(Json::Object(obj));
+    if !is_envelope(&obj) {
+        return Envelope::ok(Json::Object(obj));
     }
     // `shift_remove`, not `remove`: with serde_json's `preserve_order`,
     // `remove` swaps the last key into the hole, and the rest of an envelope
@@ -280,78 +259,76 @@ pub fn normalise(body: &[u8]) -> Normalised {
     // handler wrote it (main_server, in Python, keeps the order).
     let is_error = obj.shift_remove("is_error").is_some_and(|v| truthy(&v));
     let error = obj.shift_remove("error");
-    let (images, warnings) = match obj.shift_remove("images") {
-        Some(v) => keep_valid_images(&v),
-        None => (Vec::new(), Vec::new()),
-    };
+    let images = obj.shift_remove("images");
     let output = match obj.shift_remove("output") {
         Some(o) => o,
         None if obj.is_empty() => Json::Null,
         None => Json::Object(obj),
     };
-    let error = is_error.then(|| match error {
-        Some(Json::String(s)) if !s.trim().is_empty() => s,
-        Some(v) if truthy(&v) => v.to_string(),
-        _ if output.is_null() => "the tool reported a failure without saying why".to_string(),
-        _ => "the tool reported a failure (see the output)".to_string(),
-    });
-    Normalised {
-        envelope: Envelope {
+    if !is_error {
+        return Envelope {
             output,
             is_error,
-            error,
+            error: None,
             images,
-        },
-        warnings,
+        };
     }
-}
-
-/// Keeps the image entries main_server can use: objects with a non-empty
-/// base64 `data_b64`, an `image/*` `mime`, and a string `vision_prompt` when
-/// one is given. Extra keys are dropped from kept entries.
-fn keep_valid_images(v: &Json) -> (Vec<Json>, Vec<String>) {
-    let Json::Array(entries) = v else {
-        return (Vec::new(), vec![format!("`images` is not a list; dropped")]);
+    let said = match error {
+        Some(Json::String(s)) if !s.trim().is_empty() => Some(s),
+        Some(v) if truthy(&v) => Some(v.to_string()),
+        _ => None,
     };
-    let mut kept = Vec::new();
-    let mut warnings = Vec::new();
-    for (i, entry) in entries.iter().enumerate() {
-        match valid_image(entry) {
-            Err(why) => warnings.push(format!("image {i} dropped: {why}")),
-            Ok(_) if kept.len() == MAX_IMAGES => warnings.push(format!(
-                "image {i} dropped: at most {MAX_IMAGES} images are kept"
-            )),
-            Ok(img) => kept.push(img),
+    let (output, error) = match said {
+        Some(reason) => (reason_in_output(output, &reason), reason),
+        None if says_nothing(&output) => {
+            let reason = "the tool reported a failure without saying why".to_string();
+            (reason_in_output(output, &reason), reason)
         }
+        // The output is the explanation; it reaches the model as it is.
+        None => (
+            output,
+            "the tool reported a failure (see the output)".to_string(),
+        ),
+    };
+    Envelope {
+        output,
+        is_error,
+        error: Some(error),
+        images,
     }
-    (kept, warnings)
 }
 
-fn valid_image(entry: &Json) -> Result<Json, &'static str> {
-    let Json::Object(o) = entry else {
-        return Err("not an object");
-    };
-    let data = match o.get("data_b64") {
-        Some(Json::String(s)) if !s.is_empty() => s,
-        _ => return Err("`data_b64` is missing or not a non-empty string"),
-    };
-    if !data
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=' | b'-' | b'_'))
-    {
-        return Err("`data_b64` is not base64");
+/// An output that tells the model nothing about a failure: false by
+/// Python truthiness (null, "", 0, [], {}), or blank text.
+fn says_nothing(output: &Json) -> bool {
+    match output {
+        Json::String(s) => s.trim().is_empty(),
+        other => !truthy(other),
     }
-    let mime = match o.get("mime") {
-        Some(Json::String(s)) if s.starts_with("image/") && s.len() > "image/".len() => s,
-        _ => return Err("`mime` is missing or not an image type such as \"image/png\""),
-    };
-    let mut img = json!({"data_b64": data, "mime": mime});
-    match o.get("vision_prompt") {
-        None | Some(Json::Null) => {}
-        Some(Json::String(p)) => img["vision_prompt"] = Json::String(p.clone()),
-        Some(_) => return Err("`vision_prompt` is not a string"),
+}
+
+/// `output` with `reason` added where the model reads it, unless the text
+/// the model reads already holds it: `{"error": reason}` for an output that
+/// says nothing, an `error` key in an object that has none (else `reason`),
+/// and any other value wrapped as main_server wraps one,
+/// `{"result": value, "error": reason}`.
+pub fn reason_in_output(output: Json, reason: &str) -> Json {
+    if !says_nothing(&output) && model_reads(&output, reason) {
+        return output;
     }
-    Ok(img)
+    match output {
+        Json::Null => json!({ "error": reason }),
+        Json::String(s) if s.trim().is_empty() => json!({ "error": reason }),
+        Json::Object(mut o) => {
+            let key = ["error", "reason", "error_message"]
+                .into_iter()
+                .find(|k| !o.contains_key(*k))
+                .unwrap_or("_error");
+            o.insert(key.to_owned(), Json::String(reason.to_owned()));
+            Json::Object(o)
+        }
+        other => json!({ "result": other, "error": reason }),
+    }
 }
 
 #[cfg(test)]
@@ -359,7 +336,7 @@ mod tests {
     use super::*;
 
     fn norm(body: &str) -> Json {
-        normalise(body.as_bytes()).envelope.to_json()
+        normalise(body.as_bytes()).to_json()
     }
 
     #[test]
@@ -369,8 +346,10 @@ mod tests {
             json!({"output": {"temp_c": 22}, "is_error": false})
         );
         assert_eq!(
-            norm(r#"{"output": null, "is_error": true, "error": "city not found"}"#),
-            json!({"output": null, "is_error": true, "error": "city not found"})
+            norm(
+                r#"{"output": {"error": "city not found"}, "is_error": true, "error": "city not found"}"#
+            ),
+            json!({"output": {"error": "city not found"}, "is_error": true, "error": "city not found"})
         );
     }
 
@@ -401,30 +380,36 @@ mod tests {
         );
         assert_eq!(
             norm(r#"{"output": {"reason": "x"}, "is_error": true, "error": "CITY_NOT_FOUND"}"#),
-            json!({"output": {"reason": "x"}, "is_error": true, "error": "CITY_NOT_FOUND"})
+            json!({"output": {"reason": "x", "error": "CITY_NOT_FOUND"}, "is_error": true, "error": "CITY_NOT_FOUND"})
         );
     }
 
     #[test]
     fn a_failure_without_a_message_gets_one() {
         let v = norm(r#"{"is_error": true}"#);
-        assert_eq!(v["output"], Json::Null);
+        assert_eq!(
+            v["output"],
+            json!({"error": "the tool reported a failure without saying why"})
+        );
         assert_eq!(v["error"], "the tool reported a failure without saying why");
+        // An output that explains itself reaches the model as it is.
         let v = norm(r#"{"output": {"why": "x"}, "is_error": "yes"}"#);
+        assert_eq!(v["output"], json!({"why": "x"}));
         assert_eq!(v["error"], "the tool reported a failure (see the output)");
         let v = norm(r#"{"output": null, "is_error": true, "error": {"code": 7}}"#);
         assert_eq!(v["error"], r#"{"code":7}"#);
+        assert_eq!(v["output"], json!({"error": r#"{"code":7}"#}));
     }
 
     #[test]
     fn an_envelope_without_output_keeps_the_rest_as_output() {
         assert_eq!(
             norm(r#"{"is_error": false, "temp": 3, "images": []}"#),
-            json!({"output": {"temp": 3}, "is_error": false})
+            json!({"output": {"temp": 3}, "is_error": false, "images": []})
         );
         assert_eq!(
             norm(r#"{"is_error": true, "error": "no such city"}"#),
-            json!({"output": null, "is_error": true, "error": "no such city"})
+            json!({"output": {"error": "no such city"}, "is_error": true, "error": "no such city"})
         );
     }
 
@@ -458,53 +443,60 @@ mod tests {
         assert_eq!(norm(""), json!({"output": "", "is_error": false}));
         assert_eq!(norm(" \n"), json!({"output": "", "is_error": false}));
         assert_eq!(
-            normalise(b"caf\xe9").envelope.output,
+            normalise(b"caf\xe9").output,
             Json::String("caf\u{fffd}".into())
         );
     }
 
     #[test]
-    fn valid_images_are_kept_and_invalid_ones_dropped() {
-        let body = json!({
-            "output": "see", "is_error": false,
-            "images": [
-                {"data_b64": "iVBORw0K", "mime": "image/png", "vision_prompt": "a cat", "extra": 1},
-                {"data_b64": "not base64!", "mime": "image/png"},
-                {"data_b64": "AAAA", "mime": "text/plain"},
-                "nope",
-                {"data_b64": "AAAA", "mime": "image/jpeg"},
-                {"data_b64": "BBBB", "mime": "image/gif"},
-            ]
-        });
-        let n = normalise(body.to_string().as_bytes());
-        assert_eq!(
-            n.envelope.images,
-            vec![
-                json!({"data_b64": "iVBORw0K", "mime": "image/png", "vision_prompt": "a cat"}),
-                json!({"data_b64": "AAAA", "mime": "image/jpeg"}),
-            ]
-        );
-        assert_eq!(n.warnings.len(), 4, "{:?}", n.warnings);
-        assert!(n.warnings[0].starts_with("image 1 dropped: `data_b64` is not base64"));
-        assert!(n.warnings[3].contains("at most 2"));
-        assert_eq!(
-            n.envelope.to_json()["images"].as_array().map(Vec::len),
-            Some(2)
-        );
+    fn images_are_forwarded_as_the_handler_gave_them() {
+        let images = json!([{"data_b64": "not base64!", "mime": "image/gif", "x": 1}, 2, 3]);
+        let body = json!({"output": "see", "is_error": false, "images": images});
+        let e = normalise(body.to_string().as_bytes());
+        assert_eq!(e.images, Some(images.clone()));
+        assert_eq!(e.to_json()["images"], images);
+        let e = normalise(br#"{"output": 1, "images": {"data_b64": "AAAA"}}"#);
+        assert_eq!(e.to_json()["images"], json!({"data_b64": "AAAA"}));
     }
 
     #[test]
-    fn images_that_are_not_a_list_are_dropped() {
-        let n = normalise(br#"{"output": 1, "images": {"data_b64": "AAAA"}}"#);
-        assert!(n.envelope.images.is_empty());
-        assert_eq!(
-            n.warnings,
-            vec!["`images` is not a list; dropped".to_string()]
-        );
-        assert_eq!(
-            n.envelope.to_json(),
-            json!({"output": 1, "is_error": false})
-        );
+    fn a_reason_only_in_error_is_copied_where_the_model_reads_it() {
+        let cases = [
+            (json!(null), json!({"error": "R"})),
+            (json!(""), json!({"error": "R"})),
+            (json!({"city": "x"}), json!({"city": "x", "error": "R"})),
+            (
+                json!({"error": "CODE"}),
+                json!({"error": "CODE", "reason": "R"}),
+            ),
+            (json!([1, 2]), json!({"result": [1, 2], "error": "R"})),
+            (json!(42), json!({"result": 42, "error": "R"})),
+            (json!("failed"), json!({"result": "failed", "error": "R"})),
+            // Already read by the model: left exactly as it is.
+            (json!("R: no such city"), json!("R: no such city")),
+            (json!({"error": "R"}), json!({"error": "R"})),
+            (
+                json!({"detail": {"why": "R"}}),
+                json!({"detail": {"why": "R"}}),
+            ),
+        ];
+        for (output, want) in cases {
+            let body = json!({"output": output, "is_error": true, "error": "R"});
+            let e = normalise(body.to_string().as_bytes());
+            assert_eq!(e.output, want, "{output}");
+            assert_eq!(e.error.as_deref(), Some("R"));
+            assert!(crate::contract::model_text(&e.output).contains('R'));
+        }
+    }
+
+    #[test]
+    fn a_success_output_is_never_touched() {
+        for output in [json!(null), json!(""), json!({"error": "not a failure"})] {
+            let body = json!({"output": output, "is_error": false, "error": "ignored"});
+            let e = normalise(body.to_string().as_bytes());
+            assert_eq!(e.output, output);
+            assert_eq!(e.error, None);
+        }
     }
 
     #[test]
@@ -517,11 +509,7 @@ mod tests {
         ] {
             let wire = success_wire(body.as_bytes()).expect(body);
             let read: Json = serde_json::from_slice(&wire).unwrap();
-            assert_eq!(
-                read,
-                normalise(body.as_bytes()).envelope.to_json(),
-                "{body}"
-            );
+            assert_eq!(read, normalise(body.as_bytes()).to_json(), "{body}");
         }
         // Output is not re-formatted: the handler's text goes through.
         assert_eq!(
@@ -553,7 +541,7 @@ mod tests {
     #[test]
     fn the_wire_bytes_are_the_json_form_written_out() {
         let mut with_images = Envelope::ok(json!({"b": 1, "a": [1, "x"]}));
-        with_images.images = vec![json!({"url": "data:image/png;base64,AA=="})];
+        with_images.images = Some(json!([{"url": "data:image/png;base64,AA=="}]));
         let mut error_without_flag = Envelope::ok(json!(null));
         error_without_flag.error = Some("not shown".into());
         for e in [

@@ -12,12 +12,12 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::config::is_loopback;
+use crate::contract::is_loopback_ip;
 
 /// Only loopback peers may call: main_server itself only accepts loopback
 /// callback URLs, so anything else reaching the listener is not main_server.
 pub fn peer_allowed(peer: SocketAddr) -> bool {
-    is_loopback(peer.ip())
+    is_loopback_ip(peer.ip())
 }
 
 /// The most the sidecar keeps back from main_server's timeout.

@@ -304,13 +304,26 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
         );
     }
 
-    // 5. Bad arguments.
-    story.chapter(5, "The model sends arguments that break the schema: the sidecar answers, the handler never runs");
+    // 5. Failures the model must understand.
+    story.chapter(
+        5,
+        "Calls that fail: main_server shows the model `output` alone, so the reason is there",
+    );
+    let unknown = json!({"city": "Atlantis"});
+    let answer = call(&stand_in, "get_weather", unknown.clone(), None).await;
+    let ok = answer["is_error"] == json!(true) && model_text(&answer).contains("Atlantis");
+    story.say(&format!(
+        "get_weather {unknown} (the handler answers a failure)"
+    ));
+    story.outcome("failure", ok, &format!("-> {}", show(&answer)), answer);
     let bad = json!({"city": 7});
     let answer = call(&stand_in, "get_weather", bad.clone(), None).await;
-    let ok =
-        answer["is_error"] == json!(true) && answer["output"]["code"] == json!("INVALID_ARGUMENTS");
-    story.say(&format!("get_weather {bad}"));
+    let ok = answer["is_error"] == json!(true)
+        && answer["output"]["code"] == json!("INVALID_ARGUMENTS")
+        && model_text(&answer).contains("/city");
+    story.say(&format!(
+        "get_weather {bad} (breaks the schema: the sidecar answers, the handler never runs)"
+    ));
     story.outcome("validation", ok, &format!("-> {}", show(&answer)), answer);
 
     // 6. main_server restarts.
@@ -463,11 +476,19 @@ async fn call(h: &DevServerHandle, name: &str, args: Json, role: Option<&str>) -
         arguments: Some(args),
         raw_arguments: None,
         role: role.map(str::to_string),
+        sees_images: None,
     };
     match h.invoke(req).await {
         Ok(a) => serde_json::to_value(&a).unwrap_or(Json::Null),
-        Err(e) => json!({"is_error": true, "error": e.to_string(), "output": null}),
+        Err(e) => {
+            json!({"model_text": format!("(not called: {e})"), "is_error": true, "output": null})
+        }
     }
+}
+
+/// The text the model read, from an invoke answer.
+fn model_text(a: &Json) -> &str {
+    a["model_text"].as_str().unwrap_or_default()
 }
 
 /// Whether the model read what the example handler should answer.
@@ -487,16 +508,14 @@ fn answer_is_right(name: &str, a: &Json) -> bool {
     }
 }
 
-/// One line of what the model reads.
+/// One line: exactly the text the model reads (line breaks shown as ⏎),
+/// marked when main_server counts the call as failed.
 fn show(a: &Json) -> String {
+    let text = model_text(a).replace('\n', " ⏎ ");
     if a["is_error"] == json!(true) {
-        let err = a["error"]
-            .as_str()
-            .map_or_else(|| a["error"].to_string(), str::to_string);
-        let first = err.lines().collect::<Vec<_>>().join(" ");
-        format!("is_error: {first}")
+        format!("the model reads (is_error): {text}")
     } else {
-        a["output"].to_string()
+        format!("the model reads: {text}")
     }
 }
 

@@ -1,8 +1,10 @@
 //! The main_server emulation at HTTP level: every request outside `/__dev/`
-//! goes through here, in upstream's order: request log, Host gate,
-//! storage-blocked 409, injected failures, routing (404, 405, 307 on a
-//! trailing slash), loopback gate, body validation (422), role lookup (404),
-//! the operation, then any injected delay.
+//! goes through here, in upstream's order: request log, Host gate (400),
+//! local access (401 `instance_authorization_required`, 403), body size
+//! (413 `payload_too_large`, before any route), storage-blocked 409,
+//! injected failures, routing (404, 405, 307 on a trailing slash), body
+//! validation (422), role lookup (404), the operation, then any injected
+//! delay.
 //!
 //! The decisions themselves live in the pure modules (`gates`, `body`,
 //! `requests`, `tool_api`); this file only sequences them.
@@ -16,9 +18,8 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 
 use super::body::decode_object;
-use super::gates::{is_loopback_peer, is_trusted_host};
 use super::http::{
-    AppState, MAX_BODY_BYTES, detail, forbidden, json_bytes, json_response, untrusted_host,
+    AppState, MAX_BODY_BYTES, access_gates, detail, json_bytes, json_response, payload_too_large,
 };
 use super::pydantic::ValidationErrors;
 use super::registry::UnknownRole;
@@ -33,38 +34,64 @@ const ROUTES: [(&str, &str); 4] = [
     ("/api/tools", "GET"),
 ];
 
-/// The fallback handler: everything that is not `/__dev/`.
+/// What the storage-blocked 409 gives as `blocking_reason`.
+pub const STORAGE_BLOCKING_REASON: &str = "storage_initializing";
+
+/// A request body main_server refuses with 413.
+struct TooLarge;
+
+/// The fallback handler: everything that is not `/__dev/`. Every request
+/// is logged, a refused one too (its body as `null` when too large).
 pub async fn entry(
     State(app): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     req: Request,
 ) -> Response {
     let (parts, body) = req.into_parts();
-    let Ok(bytes) = to_bytes(body, MAX_BODY_BYTES).await else {
-        return detail(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
-    };
+    let read = read_body(&parts, body).await;
     let seq = app.shared.with_log(|log| {
         log.push(
             parts.method.as_str(),
             parts.uri.path(),
             parts.uri.query(),
-            &bytes,
+            read.as_deref().unwrap_or_default(),
         )
     });
-    let response = answer(&app, peer, &parts, &bytes).await;
+    let response = if let Some(refused) = access_gates(peer, &parts.headers) {
+        refused
+    } else {
+        match &read {
+            Ok(bytes) => answer(&app, &parts, bytes).await,
+            Err(TooLarge) => payload_too_large(),
+        }
+    };
     let status = response.status().as_u16();
     app.shared.with_log(|log| log.set_status(seq, status));
     response
 }
 
-async fn answer(app: &AppState, peer: SocketAddr, parts: &Parts, bytes: &[u8]) -> Response {
+/// Reads the body up to [`MAX_BODY_BYTES`]: a declared `Content-Length`
+/// over it is refused unread, a streamed (chunked) body as soon as it goes
+/// over. A body that breaks off is refused the same way: its client is no
+/// longer there to read the answer.
+async fn read_body(parts: &Parts, body: Body) -> Result<axum::body::Bytes, TooLarge> {
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(TooLarge);
+    }
+    to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| TooLarge)
+}
+
+/// Everything after the gates and the body size, for a served caller.
+async fn answer(app: &AppState, parts: &Parts, bytes: &[u8]) -> Response {
     let host = parts
         .headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok());
-    if !is_trusted_host(host) {
-        return untrusted_host();
-    }
     let path = parts.uri.path();
     let is_api = path == "/api" || path.starts_with("/api/");
     if !is_api {
@@ -79,12 +106,18 @@ async fn answer(app: &AppState, peer: SocketAddr, parts: &Parts, bytes: &[u8]) -
     let response = if blocked {
         json_response(
             StatusCode::CONFLICT,
-            &json!({"ok": false, "error_code": "storage_startup_blocked", "error": "main_server storage is still starting; retry shortly"}),
+            &json!({
+                "ok": false,
+                "error_code": "storage_startup_blocked",
+                "blocking_reason": STORAGE_BLOCKING_REASON,
+                "limited_mode": true,
+                "error": "main_server storage is still starting; retry shortly",
+            }),
         )
     } else if let Some(status) = injected {
         detail(status, "injected failure (dev-server fail-next)")
     } else {
-        route(app, peer, parts, host.unwrap_or_default(), bytes)
+        route(app, parts, host.unwrap_or_default(), bytes)
     };
     if !delay.is_zero() {
         tokio::select! {
@@ -95,7 +128,7 @@ async fn answer(app: &AppState, peer: SocketAddr, parts: &Parts, bytes: &[u8]) -
     response
 }
 
-fn route(app: &AppState, peer: SocketAddr, parts: &Parts, host: &str, bytes: &[u8]) -> Response {
+fn route(app: &AppState, parts: &Parts, host: &str, bytes: &[u8]) -> Response {
     let path = parts.uri.path();
     let Some(&(route, allowed)) = ROUTES.iter().find(|(p, _)| *p == path) else {
         return not_found_or_redirect(parts, host);
@@ -112,11 +145,6 @@ fn route(app: &AppState, peer: SocketAddr, parts: &Parts, host: &str, bytes: &[u
         res.headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static(allow));
         return res;
-    }
-    // verify_local_access is a route dependency upstream: it runs after
-    // routing, before the body is validated.
-    if !is_loopback_peer(peer.ip()) {
-        return forbidden();
     }
     if route == "/api/tools" {
         return list_tools(app, parts);

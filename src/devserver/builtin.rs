@@ -1,6 +1,9 @@
 //! main_server's own built-in tools, as the stand-in fakes them: listed on
 //! every role with source `builtin`, `callback_url: null`, `is_remote:
-//! false`, and brought back by a restart.
+//! false`, and brought back by a restart and whenever a role is (re)built.
+//! Upstream has exactly one, `recall_memory`; the stand-in invents no
+//! others (a builder can still set its own list, or none, as main_server's
+//! `NEKO_DISABLE_BUILTIN_TOOLS` does).
 //!
 //! A built-in runs inside the server, so invoking one returns its fixed
 //! `answer` instead of calling anything. This module never touches the
@@ -8,9 +11,7 @@
 
 use serde_json::{Value, json};
 
-/// The source tag of built-in tools. A client that clears this source
-/// deletes them, exactly as upstream does.
-pub const BUILTIN_SOURCE: &str = "builtin";
+pub use crate::contract::BUILTIN_SOURCE;
 
 /// One built-in tool of the stand-in.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,20 +39,26 @@ impl BuiltinTool {
     }
 }
 
-/// The default built-ins: a fake web search and a fake clock.
+pub use crate::contract::RECALL_MEMORY;
+
+/// The default built-ins: upstream's `recall_memory` alone, with a fixed
+/// answer (the stand-in has no memory to search).
 pub fn default_builtins() -> Vec<BuiltinTool> {
-    vec![
-        BuiltinTool::new(
-            "web_search",
-            "Search the web (stand-in: always answers the same result).",
-            json!({"type":"object","properties":{"query":{"type":"string"}},"required":["query"]}),
-            json!({"results":[{"title":"N.E.K.O","url":"https://example.invalid/neko","snippet":"stand-in result from neko-sidecar dev-server"}]}),
-        ),
-        BuiltinTool::new(
-            "get_current_time",
-            "Current date and time (stand-in: a fixed instant).",
-            json!({"type":"object","properties":{}}),
-            json!({"now":"2025-01-01T00:00:00+09:00"}),
-        ),
-    ]
+    vec![BuiltinTool::new(
+        RECALL_MEMORY,
+        "Recall what the character remembers about the user and past conversations (stand-in: always answers the same memory).",
+        json!({"type":"object","properties":{"query":{"type":"string"}},"required":["query"]}),
+        json!({"memories":[{"text":"stand-in memory from neko-sidecar dev-server","score":1.0}]}),
+    )]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recall_memory_is_the_one_default_builtin() {
+        let names: Vec<_> = default_builtins().into_iter().map(|b| b.name).collect();
+        assert_eq!(names, [RECALL_MEMORY]);
+    }
 }

@@ -9,6 +9,8 @@
 
 use std::net::IpAddr;
 
+use crate::contract::is_loopback_ip;
+
 /// Why a `callback_url` is refused; the text becomes the pydantic
 /// `value_error` message ("Value error, <this>").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,21 +37,11 @@ pub fn check_callback_url(url: &str) -> Result<(), CallbackUrlError> {
     }
 }
 
-/// True for 127.0.0.0/8, `::1` and IPv4-mapped `::ffff:127.x.x.x`.
-pub fn ip_is_loopback(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => v4.is_loopback(),
-        IpAddr::V6(v6) => {
-            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
-        }
-    }
-}
-
 fn host_is_loopback_ip(host: &str) -> bool {
     // `ipaddress.ip_address` accepts an IPv6 zone suffix ("%eth0"); the
     // address part alone decides whether it is loopback.
     let addr = host.split('%').next().unwrap_or(host);
-    addr.parse::<IpAddr>().is_ok_and(ip_is_loopback)
+    addr.parse::<IpAddr>().is_ok_and(is_loopback_ip)
 }
 
 /// The pieces of a URL that `urlparse` would give: lowercased scheme and
@@ -159,9 +151,9 @@ mod tests {
 
     #[test]
     fn mapped_and_plain_ip_loopback() {
-        assert!(ip_is_loopback("::ffff:127.9.9.9".parse().unwrap()));
-        assert!(ip_is_loopback("::1".parse().unwrap()));
-        assert!(!ip_is_loopback("::2".parse().unwrap()));
-        assert!(!ip_is_loopback("192.168.1.1".parse().unwrap()));
+        assert!(is_loopback_ip("::ffff:127.9.9.9".parse().unwrap()));
+        assert!(is_loopback_ip("::1".parse().unwrap()));
+        assert!(!is_loopback_ip("::2".parse().unwrap()));
+        assert!(!is_loopback_ip("192.168.1.1".parse().unwrap()));
     }
 }

@@ -1,6 +1,7 @@
 //! The `/__dev/` control routes, which the real main_server does not have:
-//! restart, fault switches, roles, the request log, the full registry and
-//! calling a tool as the model would. Each mirrors a `DevServerHandle`
+//! restart, fault switches, roles (added, removed, all removed, rebuilt),
+//! the request log, the full registry, the ledger and calling a tool as the
+//! model would. Each mirrors a `DevServerHandle`
 //! method, for plugin authors driving the stand-in over HTTP.
 //!
 //! Handlers only translate JSON to calls on `Shared`; no behaviour of the
@@ -31,6 +32,9 @@ pub fn routes() -> Router<AppState> {
         .route("/__dev/role-sync", post(role_sync))
         .route("/__dev/roles/add", post(add_role))
         .route("/__dev/roles/remove", post(remove_role))
+        .route("/__dev/roles/remove-all", post(remove_all))
+        .route("/__dev/roles/rebuild", post(rebuild_role))
+        .route("/__dev/ledger", get(ledger))
         .route("/__dev/requests", get(requests).delete(clear_requests))
         .route("/__dev/registry", get(registry))
         .route("/__dev/faults", get(faults))
@@ -140,6 +144,40 @@ async fn remove_role(State(app): State<AppState>, body: Bytes) -> Response {
             .with_world(|w| (w.registry.remove_role(&b.role), w.registry.role_names()));
         json!({"ok": true, "removed": removed, "roles": roles})
     }))
+}
+
+async fn remove_all(State(app): State<AppState>) -> Response {
+    let removed = remove_all_roles(&app.shared);
+    json_response(
+        StatusCode::OK,
+        &json!({"ok": true, "removed": removed, "roles": []}),
+    )
+}
+
+/// Shared with the handle: removes every role, returning their names.
+pub fn remove_all_roles(shared: &Shared) -> Vec<String> {
+    shared.with_world(|w| {
+        let roles = w.registry.role_names();
+        for role in &roles {
+            w.registry.remove_role(role);
+        }
+        roles
+    })
+}
+
+async fn rebuild_role(State(app): State<AppState>, body: Bytes) -> Response {
+    dev_result(parse_dev_body::<RoleName>(&body).map(|b| {
+        let shared = &app.shared;
+        let rebuilt = shared.with_world(|w| w.registry.rebuild_role(&b.role, &shared.builtins));
+        json!({"ok": true, "rebuilt": rebuilt, "role": b.role})
+    }))
+}
+
+async fn ledger(State(app): State<AppState>) -> Response {
+    let entries = app
+        .shared
+        .read_world(|w| json!(w.registry.ledger().entries()));
+    json_response(StatusCode::OK, &json!({ "ledger": entries }))
 }
 
 async fn requests(State(app): State<AppState>) -> Response {

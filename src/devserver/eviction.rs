@@ -1,9 +1,11 @@
 //! Dead-plugin eviction, the counting half: consecutive connection-level
 //! failures per (source, `scheme://host:port`), for `plugin:` sources only.
+//! Any other outcome, a read timeout included, resets the count to zero.
 //!
 //! Pure: it is told the outcome of each callback and answers whether the
 //! tools of that source on that origin must go now. It never removes tools
-//! itself (`Registry::evict` does) and never does I/O.
+//! itself (`Registry::evict` does, from every role and from the ledger) and
+//! never does I/O.
 
 use std::collections::HashMap;
 
@@ -20,8 +22,9 @@ pub enum CallOutcome {
     ConnectionFailure,
     /// An HTTP answer arrived, whatever its status or envelope.
     Completed,
-    /// A read timeout or another failure after connecting: neither counts
-    /// nor resets.
+    /// A read timeout or another failure that is not a connect failure:
+    /// the plugin was reached or may have been, so it resets the count like
+    /// a completed exchange (upstream only counts connect failures in a row).
     Inconclusive,
 }
 
@@ -40,11 +43,10 @@ impl EvictionCounter {
         }
         let key = (source.to_owned(), origin.to_owned());
         match outcome {
-            CallOutcome::Completed => {
+            CallOutcome::Completed | CallOutcome::Inconclusive => {
                 self.failures.remove(&key);
                 false
             }
-            CallOutcome::Inconclusive => false,
             CallOutcome::ConnectionFailure => {
                 let count = self.failures.entry(key.clone()).or_insert(0);
                 *count += 1;
@@ -111,11 +113,14 @@ mod tests {
     }
 
     #[test]
-    fn read_timeouts_neither_count_nor_reset() {
+    fn read_timeouts_and_other_failures_reset_the_count() {
         let mut c = EvictionCounter::default();
         c.record(P, O, ConnectionFailure);
-        c.record(P, O, Inconclusive);
         c.record(P, O, ConnectionFailure);
+        assert!(!c.record(P, O, Inconclusive));
+        assert_eq!(c.count(P, O), 0);
+        assert!(!c.record(P, O, ConnectionFailure));
+        assert!(!c.record(P, O, ConnectionFailure));
         assert_eq!(c.count(P, O), 2);
         assert!(c.record(P, O, ConnectionFailure));
     }

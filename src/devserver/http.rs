@@ -1,6 +1,7 @@
 //! The stand-in's HTTP surface: builds the axum router (`/__dev/*` control
 //! routes, everything else through the main_server emulation in
-//! `api_routes.rs`) and the small response helpers both share.
+//! `api_routes.rs`), the access gates both share (Host, then local access),
+//! and the small response helpers.
 //!
 //! It owns no state and no listener: `server.rs` binds and serves.
 
@@ -9,17 +10,18 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{ConnectInfo, Request};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Request};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::gates::{is_loopback_peer, is_trusted_host};
+use super::gates::{Access, AccessHeaders, is_trusted_host, local_access};
 use super::state::Shared;
 
-/// Largest request body read, far above any real registration.
+/// Largest request body main_server takes: one byte more gets 413 before
+/// any route runs.
 pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
 /// What every handler of one listener generation sees.
@@ -35,28 +37,58 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     super::control::routes()
         .layer(middleware::from_fn(dev_gate))
+        // axum's 2 MB default would answer its own 413 to `/__dev/` bodies
+        // main_server's limit lets through. The API fallback reads its body
+        // itself, with main_server's limit and answer.
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .fallback(super::api_routes::entry)
         .with_state(state)
 }
 
-/// `/__dev/*` gets the same two gates as the API, so the control surface
-/// is never reachable from another host either.
+/// `/__dev/*` gets the same gates as the API, so the control surface is
+/// never reachable from another host either.
 async fn dev_gate(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     req: Request,
     next: Next,
 ) -> Response {
-    let host = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok());
+    match access_gates(peer, req.headers()) {
+        Some(refused) => refused,
+        None => next.run(req).await,
+    }
+}
+
+/// The gates main_server runs before anything else, in its order: the
+/// `Host` header (400), then local access (401 or 403). `None` when the
+/// caller is served.
+pub fn access_gates(peer: SocketAddr, headers: &axum::http::HeaderMap) -> Option<Response> {
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|h: &HeaderValue| h.to_str().ok())
+    };
+    let host = text(header::HOST);
     if !is_trusted_host(host) {
-        return untrusted_host();
+        return Some(untrusted_host());
     }
-    if !is_loopback_peer(peer.ip()) {
-        return forbidden();
+    let access = local_access(
+        peer.ip(),
+        AccessHeaders {
+            host,
+            authorization: text(header::AUTHORIZATION),
+            cookie: text(header::COOKIE),
+            origin: text(header::ORIGIN),
+        },
+    );
+    match access {
+        Access::Local | Access::Authorized => None,
+        Access::AuthorizationRequired => Some(detail(
+            StatusCode::UNAUTHORIZED,
+            "instance_authorization_required",
+        )),
+        Access::OriginNotAllowed => Some(detail(StatusCode::FORBIDDEN, "origin_not_allowed")),
+        Access::NotLoopbackPeer => Some(forbidden()),
     }
-    next.run(req).await
 }
 
 /// A JSON answer with `status`.
@@ -89,6 +121,11 @@ pub fn forbidden() -> Response {
         StatusCode::FORBIDDEN,
         &json!({"detail": "Forbidden: main_server only serves loopback callers"}),
     )
+}
+
+/// `413 {"detail":"payload_too_large"}`, for a body over [`MAX_BODY_BYTES`].
+pub fn payload_too_large() -> Response {
+    detail(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
 }
 
 /// `{"detail": ...}` with `status`, FastAPI's HTTPException shape.

@@ -1,24 +1,31 @@
 //! Calling a tool as the model would: builds the callback body, POSTs it to
 //! the tool's `callback_url` with main_server's timeouts and no redirects,
-//! reads the answer with `reading.rs`, and feeds the outcome to dead-plugin
-//! eviction.
+//! reads the answer with main_server's rules (`contract::answer`), and
+//! feeds the outcome to dead-plugin eviction.
 //!
 //! This is the only module of the stand-in that makes outgoing requests.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use tokio::sync::Semaphore;
 
 use super::eviction::{CallOutcome, EVICTABLE_PREFIX, origin_of};
-use super::reading::{ModelView, read_http_answer, transport_failure};
 use super::registry::Tool;
 use super::requests::fold_role;
 use super::state::Shared;
+use crate::contract::images::Image;
+use crate::contract::{Reading, read_answer, transport_failure};
 
-/// main_server's connect timeout for callbacks.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// main_server's one httpx client holds at most this many connections for
+/// all callbacks together; a call past them waits for one (`PoolTimeout`).
+pub const MAX_CALLBACK_CONNECTIONS: usize = 20;
+
+/// The connections of every callback of this process.
+static CONNECTIONS: LazyLock<Semaphore> =
+    LazyLock::new(|| Semaphore::new(MAX_CALLBACK_CONNECTIONS));
 
 /// `POST /__dev/invoke`: which tool to call and with what.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -34,16 +41,50 @@ pub struct InvokeRequest {
     /// The role whose model calls; `null`/`""` means the first role.
     #[serde(default)]
     pub role: Option<String>,
+    /// Whether the session's model can see images (default true). One that
+    /// cannot (every realtime session) reads `_image_descriptions` instead.
+    #[serde(default)]
+    pub sees_images: Option<bool>,
 }
 
-/// What `/__dev/invoke` answers: the call id sent, the role used, and what
-/// the model sees (`output`, `is_error`, `error`, `images`, `warnings`).
+/// What `/__dev/invoke` answers. First of all `model_text`, exactly the
+/// string the model reads; then the parts main_server built it from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct InvokeAnswer {
+    /// The tool message the model reads: `output` rendered as text.
+    pub model_text: String,
+    /// `output` as main_server built it (image warnings and descriptions
+    /// included).
+    pub output: Value,
+    /// main_server's bookkeeping; the model never reads it.
+    pub is_error: bool,
+    /// The envelope's `error`; the model never reads it.
+    pub error: Option<Value>,
+    /// Always false: a reminder, next to `error`, of what the model reads.
+    pub error_reaches_model: bool,
+    /// The images passed on to a model that can see them (their data left
+    /// out: only its length).
+    pub images: Vec<Image>,
+    /// Why images were refused or left out (also in `output`).
+    pub warnings: Vec<String>,
     pub call_id: String,
     pub role: String,
-    #[serde(flatten)]
-    pub view: ModelView,
+}
+
+impl InvokeAnswer {
+    pub fn new(reading: Reading, call_id: String, role: String) -> Self {
+        InvokeAnswer {
+            model_text: reading.model_text(),
+            output: reading.output,
+            is_error: reading.is_error,
+            error: reading.error,
+            error_reaches_model: false,
+            images: reading.images,
+            warnings: reading.warnings,
+            call_id,
+            role,
+        }
+    }
 }
 
 /// Why a call could not even be attempted.
@@ -57,14 +98,18 @@ pub enum InvokeError {
     UnknownTool { role: String, name: String },
 }
 
-/// The `arguments` main_server sends for the model's text: the parsed
-/// object, `{"_raw": TEXT}` when it is not JSON, `{"value": X}` when it is
-/// JSON but not an object.
+/// The `arguments` main_server sends for the model's text: `{}` for empty
+/// or blank text, the parsed object, `{"_raw": TEXT}` (stripped) when it is
+/// not JSON, `{"value": X}` when it is JSON but not an object.
 pub fn parse_arguments(raw: &str) -> Value {
-    match serde_json::from_str::<Value>(raw) {
+    let text = raw.trim();
+    if text.is_empty() {
+        return json!({});
+    }
+    match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(obj)) => Value::Object(obj),
         Ok(other) => json!({ "value": other }),
-        Err(_) => json!({ "_raw": raw }),
+        Err(_) => json!({ "_raw": text }),
     }
 }
 
@@ -78,15 +123,12 @@ pub fn callback_body(name: &str, raw_arguments: &str, call_id: &str) -> Value {
     })
 }
 
-/// A fresh `call_...` id: 24 hex digits, unique within the process and
-/// unpredictable enough for a stand-in.
-pub fn new_call_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(n);
-    format!("call_{:016x}{:08x}", h.finish(), n & 0xffff_ffff)
+/// The `call_id` of the `index`th tool call of a turn, as the providers
+/// that give none get it from main_server: `call_0`, `call_1`, ... again in
+/// every turn. It is not unique, and the stand-in makes sure nothing that
+/// is tested against it can key state on it.
+pub fn turn_call_id(index: usize) -> String {
+    format!("call_{index}")
 }
 
 /// Calls a tool the way main_server does and returns what the model sees.
@@ -118,45 +160,52 @@ pub async fn invoke(shared: &Shared, req: InvokeRequest) -> Result<InvokeAnswer,
         (None, Some(args)) => args.to_string(),
         (None, None) => "{}".to_owned(),
     };
-    let call_id = new_call_id();
-    let view = match &tool.callback_url {
+    let call_id = turn_call_id(0);
+    let sees_images = req.sees_images.unwrap_or(true);
+    let reading = match &tool.callback_url {
         None => builtin_answer(shared, &tool),
         Some(url) => {
-            let (view, outcome) =
-                call_remote(url, &tool, &callback_body(&tool.name, &raw, &call_id)).await;
+            let timeout = Duration::from_secs_f64(tool.timeout_seconds);
+            let body = callback_body(&tool.name, &raw, &call_id);
+            let (reading, outcome) = post_callback(url, timeout, &body, sees_images).await;
             record_outcome(shared, &tool, url, outcome);
-            view
+            reading
         }
     };
-    Ok(InvokeAnswer {
-        call_id,
-        role,
-        view,
-    })
+    Ok(InvokeAnswer::new(reading, call_id, role))
 }
 
-fn builtin_answer(shared: &Shared, tool: &Tool) -> ModelView {
+fn builtin_answer(shared: &Shared, tool: &Tool) -> Reading {
     match shared.builtins.iter().find(|b| b.name == tool.name) {
-        Some(b) => ModelView::success(b.answer.clone()),
-        None => ModelView::failure(format!(
+        Some(b) => Reading::success(b.answer.clone()),
+        None => Reading::failure(format!(
             "built-in tool {:?} has no stand-in implementation",
             tool.name
         )),
     }
 }
 
-async fn call_remote(url: &str, tool: &Tool, body: &Value) -> (ModelView, CallOutcome) {
-    post_callback(url, Duration::from_secs_f64(tool.timeout_seconds), body).await
-}
-
-/// POSTs a callback body to `url` exactly as main_server does (connect
-/// timeout 5 s, `timeout` to read, no redirects, no proxy) and reads the
-/// answer with the six reading rules. Also used by `neko-sidecar call`.
-pub async fn post_callback(url: &str, timeout: Duration, body: &Value) -> (ModelView, CallOutcome) {
-    // One client per call: each tool has its own read timeout, and a dev
-    // server does not need connection reuse.
+/// POSTs a callback body to `url` exactly as main_server does and reads
+/// the answer with its rules. `timeout` is the tool's `timeout_seconds`,
+/// which httpx applies to every phase: the wait for one of the 20
+/// connections, connect, and each read (per read, not a total). No
+/// redirects, no proxy. Also used by `neko-sidecar call`.
+pub async fn post_callback(
+    url: &str,
+    timeout: Duration,
+    body: &Value,
+    sees_images: bool,
+) -> (Reading, CallOutcome) {
+    let Ok(Ok(_connection)) = tokio::time::timeout(timeout, CONNECTIONS.acquire()).await else {
+        return (
+            transport_failure("PoolTimeout", ""),
+            CallOutcome::Inconclusive,
+        );
+    };
+    // One client per call: each tool has its own timeouts, and a stand-in
+    // needs no connection reuse.
     let client = reqwest::Client::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
+        .connect_timeout(timeout)
         .read_timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
@@ -171,13 +220,16 @@ pub async fn post_callback(url: &str, timeout: Duration, body: &Value) -> (Model
     };
     let status = response.status().as_u16();
     match response.bytes().await {
-        Ok(bytes) => (read_http_answer(status, &bytes), CallOutcome::Completed),
+        Ok(bytes) => (
+            read_answer(status, &bytes, sees_images),
+            CallOutcome::Completed,
+        ),
         Err(e) => failure_of(&e),
     }
 }
 
 /// Names a reqwest failure the way httpx would name the same failure.
-fn failure_of(e: &reqwest::Error) -> (ModelView, CallOutcome) {
+fn failure_of(e: &reqwest::Error) -> (Reading, CallOutcome) {
     let (kind, message, outcome) = if e.is_connect() && e.is_timeout() {
         (
             "ConnectTimeout",
@@ -238,8 +290,9 @@ mod tests {
             parse_arguments(r#"{"city":"東京"}"#),
             json!({"city":"東京"})
         );
-        assert_eq!(parse_arguments("not json"), json!({"_raw":"not json"}));
-        assert_eq!(parse_arguments(""), json!({"_raw":""}));
+        assert_eq!(parse_arguments(" not json\n"), json!({"_raw":"not json"}));
+        assert_eq!(parse_arguments(""), json!({}));
+        assert_eq!(parse_arguments(" \t\n"), json!({}));
         assert_eq!(parse_arguments("[1,2]"), json!({"value":[1,2]}));
         assert_eq!(parse_arguments("7"), json!({"value":7}));
     }
@@ -254,11 +307,9 @@ mod tests {
     }
 
     #[test]
-    fn call_ids_look_like_openais_and_differ() {
-        let a = new_call_id();
-        let b = new_call_id();
-        assert_ne!(a, b);
-        assert!(a.starts_with("call_") && a.len() == 29, "{a}");
-        assert!(a[5..].bytes().all(|c| c.is_ascii_hexdigit()));
+    fn call_ids_repeat_every_turn() {
+        assert_eq!(turn_call_id(0), "call_0");
+        assert_eq!(turn_call_id(0), turn_call_id(0));
+        assert_eq!(turn_call_id(3), "call_3");
     }
 }

@@ -1,14 +1,16 @@
 //! The stand-in main_server: the tool API of `CONTRACT.md` (register,
 //! unregister, clear, list), faithful down to status codes, 422 bodies and
 //! the traps, plus `/__dev/` routes and a [`DevServerHandle`] for fault
-//! injection, calling tools as the model would, and dead-plugin eviction.
+//! injection, roles (none at all, added, rebuilt with the ledger replayed),
+//! calling tools as the model would, and dead-plugin eviction.
 //!
 //! Used by the test suite (in-process, on a port-0 listener) and by plugin
 //! authors (`neko-sidecar dev-server`). It never talks to a real
 //! main_server and never persists anything.
 //!
 //! Map: pure decisions in `callback_url`, `gates`, `pydantic`, `body`,
-//! `requests`, `registry`, `tool_api`, `reading`, `eviction`; state in
+//! `requests`, `registry`, `ledger`, `tool_api`, `eviction` (how an answer
+//! is read is `contract`, shared with the sidecar); state in
 //! `state`, `faults`, `request_log`; HTTP in `http`, `api_routes`,
 //! `control`; outgoing calls in `invoke`; lifecycle in `server`, `run`.
 
@@ -22,8 +24,8 @@ mod faults;
 pub mod gates;
 mod http;
 pub mod invoke;
+pub mod ledger;
 pub mod pydantic;
-pub mod reading;
 pub mod registry;
 pub mod request_log;
 pub mod requests;
@@ -32,9 +34,10 @@ mod server;
 mod state;
 mod tool_api;
 
-pub use builtin::{BUILTIN_SOURCE, BuiltinTool, default_builtins};
+pub use crate::contract::Reading;
+pub use builtin::{BUILTIN_SOURCE, BuiltinTool, RECALL_MEMORY, default_builtins};
 pub use invoke::{InvokeAnswer, InvokeError, InvokeRequest};
-pub use reading::ModelView;
+pub use ledger::LedgerEntry;
 pub use registry::{RoleTools, Scope, Tool};
 pub use request_log::RequestRecord;
 pub use run::run_cli;

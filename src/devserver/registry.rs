@@ -7,12 +7,18 @@
 //! insertion order, and replacing a name keeps its place (a Python dict).
 //! Each entry keeps its `GET /api/tools` JSON, serialised once when it is
 //! written, so a listing is a concatenation, fast even on large registries.
+//!
+//! The registry also owns main_server's ledger of accepted registrations
+//! (`ledger.rs`): a role added or rebuilt starts from the built-ins and gets
+//! the ledger replayed, and an eviction removes a dead plugin's tools from
+//! both. A fresh registry (a restart) has an empty ledger.
 //! Pure data: no locking, no I/O, no HTTP; `state.rs` owns the mutex.
 
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::builtin::BuiltinTool;
+use super::ledger::Ledger;
 
 /// Whether an entry came from a global (`role: null`) or a role-scoped
 /// registration. main_server does not show this; the snapshot does.
@@ -94,10 +100,11 @@ struct RoleEntries {
     entries: Vec<Entry>,
 }
 
-/// Every role and its tools, in role order.
+/// Every role and its tools, in role order, and the ledger.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Registry {
     roles: Vec<RoleEntries>,
+    ledger: Ledger,
 }
 
 impl Registry {
@@ -142,20 +149,56 @@ impl Registry {
         self.roles.iter_mut().find(|r| r.role == role)
     }
 
-    /// Adds a role holding only the built-ins; a role that exists is left as is.
+    /// Adds a role as main_server builds a new session manager: the
+    /// built-ins, then the ledger's global entries and those scoped to it.
+    /// A role that exists is left as is.
     pub fn add_role(&mut self, role: &str, builtins: &[BuiltinTool]) -> bool {
         if self.role(role).is_some() {
             return false;
         }
-        let entries = builtins
+        self.roles.push(RoleEntries {
+            role: role.to_owned(),
+            entries: Vec::new(),
+        });
+        self.build_role(role, builtins);
+        true
+    }
+
+    /// Rebuilds `role`'s session manager: its tools are reset to the
+    /// built-ins and the ledger is replayed into it. False for an unknown
+    /// role.
+    pub fn rebuild_role(&mut self, role: &str, builtins: &[BuiltinTool]) -> bool {
+        if self.role(role).is_none() {
+            return false;
+        }
+        self.build_role(role, builtins);
+        true
+    }
+
+    fn build_role(&mut self, role: &str, builtins: &[BuiltinTool]) {
+        let mut entries: Vec<Entry> = builtins
             .iter()
             .map(|b| Entry::new(Tool::from_builtin(b)))
             .collect();
-        self.roles.push(RoleEntries {
-            role: role.to_owned(),
-            entries,
-        });
-        true
+        for tool in self.ledger.replay_for(role) {
+            let entry = Entry::new(tool.clone());
+            match entries.iter_mut().find(|e| e.tool.name == tool.name) {
+                Some(slot) => *slot = entry,
+                None => entries.push(entry),
+            }
+        }
+        if let Some(rt) = self.role_mut(role) {
+            rt.entries = entries;
+        }
+    }
+
+    /// The ledger of accepted registrations.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    pub fn ledger_mut(&mut self) -> &mut Ledger {
+        &mut self.ledger
     }
 
     /// Removes a role and its tools.
@@ -202,9 +245,11 @@ impl Registry {
         self.remove_where(role, |t| t.source == source)
     }
 
-    /// Removes, from every role, the tools of `source` whose callback origin
-    /// is `origin`. Returns how many (tool, role) pairs went.
+    /// Removes, from every role and from the ledger, the tools of `source`
+    /// whose callback origin is `origin`. Returns how many (tool, role)
+    /// pairs went from the roles.
     pub fn evict(&mut self, source: &str, origin: &str) -> usize {
+        self.ledger.evict(source, origin);
         let doomed = |t: &Tool| {
             t.source == source
                 && t.callback_url
@@ -358,5 +403,88 @@ mod tests {
             body,
             json!({"ok":true,"tools_by_role":{"Lanlan":[{"name":"a","description":"","source":"s","callback_url":"http://127.0.0.1:1/","is_remote":true}]}})
         );
+    }
+
+    fn builtin() -> Vec<BuiltinTool> {
+        vec![BuiltinTool::new(
+            "recall_memory",
+            "",
+            json!({}),
+            json!(null),
+        )]
+    }
+
+    #[test]
+    fn rebuilding_a_role_resets_it_to_the_builtins_and_replays_the_ledger() {
+        let mut r = Registry::new(&roles(), &builtin());
+        let g = tool("g", "s", "http://127.0.0.1:1/g", Scope::Global);
+        let own = tool("own", "s", "http://127.0.0.1:1/o", Scope::Role);
+        for role in roles() {
+            r.put(&role, g.clone());
+        }
+        r.ledger_mut().record(None, g);
+        r.put("小八", own.clone());
+        r.ledger_mut().record(Some("小八"), own);
+        // Written to the registry without a ledger entry: a rebuild drops it.
+        r.put(
+            "小八",
+            tool("stray", "s", "http://127.0.0.1:1/x", Scope::Role),
+        );
+        r.clear_source("小八", "builtin");
+        assert!(r.rebuild_role("小八", &builtin()));
+        assert_eq!(
+            r.roles()[0]
+                .tools
+                .iter()
+                .map(|t| t.name.as_str())
+                .collect::<Vec<_>>(),
+            ["recall_memory", "g", "own"]
+        );
+        assert!(!r.rebuild_role("Nobody", &builtin()));
+    }
+
+    #[test]
+    fn a_new_role_gets_the_builtins_and_its_ledger_entries() {
+        let mut r = Registry::new(&roles(), &builtin());
+        r.ledger_mut()
+            .record(None, tool("g", "s", "http://127.0.0.1:1/g", Scope::Global));
+        r.ledger_mut().record(
+            Some("Mochi"),
+            tool("m", "s", "http://127.0.0.1:1/m", Scope::Role),
+        );
+        r.ledger_mut().record(
+            Some("小八"),
+            tool("x", "s", "http://127.0.0.1:1/x", Scope::Role),
+        );
+        assert!(r.add_role("Mochi", &builtin()));
+        assert_eq!(
+            r.roles()[2]
+                .tools
+                .iter()
+                .map(|t| t.name.as_str())
+                .collect::<Vec<_>>(),
+            ["recall_memory", "g", "m"]
+        );
+    }
+
+    #[test]
+    fn eviction_empties_the_ledger_of_that_plugin_and_origin() {
+        let mut r = Registry::new(&roles(), &[]);
+        let dead = tool("a", "plugin:p", "http://127.0.0.1:7000/a", Scope::Global);
+        let alive = tool("b", "plugin:p", "http://127.0.0.1:7001/b", Scope::Global);
+        for t in [dead, alive] {
+            for role in roles() {
+                r.put(&role, t.clone());
+            }
+            r.ledger_mut().record(None, t);
+        }
+        assert_eq!(r.evict("plugin:p", "http://127.0.0.1:7000"), 2);
+        let left: Vec<_> = r
+            .ledger()
+            .entries()
+            .iter()
+            .map(|e| e.tool.name.as_str())
+            .collect();
+        assert_eq!(left, ["b"]);
     }
 }

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::builtin::{BuiltinTool, default_builtins};
 use super::http::{AppState, router};
 use super::invoke::{InvokeAnswer, InvokeError, InvokeRequest, invoke};
+use super::ledger::LedgerEntry;
 use super::registry::{RoleTools, Tool};
 use super::request_log::RequestRecord;
 use super::state::Shared;
@@ -65,6 +66,7 @@ pub struct DevServerBuilder {
 
 impl DevServerBuilder {
     /// The roles (characters) served, in order. Default: `小八`, `Lanlan`.
+    /// None at all is allowed: main_server before any character exists.
     pub fn roles<I, S>(mut self, roles: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -74,11 +76,17 @@ impl DevServerBuilder {
         self
     }
 
-    /// The built-in tools every role holds. Default: `web_search`,
-    /// `get_current_time`.
+    /// The built-in tools every role holds. Default: `recall_memory`, as
+    /// upstream.
     pub fn builtin_tools(mut self, tools: Vec<BuiltinTool>) -> Self {
         self.builtins = tools;
         self
+    }
+
+    /// No built-in tools at all, as main_server run with
+    /// `NEKO_DISABLE_BUILTIN_TOOLS`.
+    pub fn disable_builtin_tools(self) -> Self {
+        self.builtin_tools(Vec::new())
     }
 
     /// Starts serving on `listener`. Must be called inside a Tokio runtime.
@@ -173,8 +181,8 @@ impl DevServerHandle {
         self.addr
     }
 
-    /// Forgets every registration (built-ins come back), like a main_server
-    /// restart without downtime. Roles, faults and the log stay.
+    /// Forgets every registration and the ledger (built-ins come back), like
+    /// a main_server restart without downtime. Roles, faults and the log stay.
     pub fn restart(&self) {
         self.shared.restart();
     }
@@ -238,15 +246,38 @@ impl DevServerHandle {
         super::control::set_role_sync(&self.shared, role, fail);
     }
 
-    /// Adds a role holding only the built-ins; false if it existed.
+    /// Adds a role as main_server builds a new session manager: the
+    /// built-ins, then the ledger's global registrations and those scoped
+    /// to it. False if it existed.
     pub fn add_role(&self, role: &str) -> bool {
         self.shared
             .with_world(|w| w.registry.add_role(role, &self.shared.builtins))
     }
 
-    /// Removes a role and its tools; false if it did not exist.
+    /// Removes a role and its tools; false if it did not exist. The ledger
+    /// keeps its entries, so the role added again gets them back.
     pub fn remove_role(&self, role: &str) -> bool {
         self.shared.with_world(|w| w.registry.remove_role(role))
+    }
+
+    /// Removes every role: main_server with no character at all. Returns
+    /// the roles removed, in order.
+    pub fn remove_all_roles(&self) -> Vec<String> {
+        super::control::remove_all_roles(&self.shared)
+    }
+
+    /// Rebuilds `role`'s session manager (as saving its API settings does
+    /// upstream): its tools are reset to the built-ins and the ledger is
+    /// replayed into it. False for an unknown role.
+    pub fn rebuild_role(&self, role: &str) -> bool {
+        self.shared
+            .with_world(|w| w.registry.rebuild_role(role, &self.shared.builtins))
+    }
+
+    /// The ledger of accepted registrations, in replay order.
+    pub fn ledger(&self) -> Vec<LedgerEntry> {
+        self.shared
+            .read_world(|w| w.registry.ledger().entries().to_vec())
     }
 
     /// Every logged request outside `/__dev/`, oldest first.

@@ -1,6 +1,6 @@
 //! The state one stand-in server shares between its HTTP handlers and its
-//! handle: the registry and eviction counts, the faults, the request log,
-//! and a change counter tests can wait on.
+//! handle: the registry (with its ledger) and eviction counts, the faults,
+//! the request log, and a change counter tests can wait on.
 //!
 //! It also keeps the serialised `GET /api/tools` bodies of the current
 //! registry generation: clients poll GET far more often than anything
@@ -23,7 +23,8 @@ use super::faults::Faults;
 use super::registry::{Registry, UnknownRole};
 use super::request_log::RequestLog;
 
-/// What a main_server restart wipes: the registry and the eviction counts.
+/// What a main_server restart wipes: the registry, its ledger and the
+/// eviction counts.
 #[derive(Debug)]
 pub struct World {
     pub registry: Registry,
@@ -129,8 +130,8 @@ impl Shared {
         f(&lock(&self.log))
     }
 
-    /// Forgets every registration, as a main_server restart does: each role
-    /// holds only the built-ins again. Roles and faults stay.
+    /// Forgets every registration and the ledger, as a main_server restart
+    /// does: each role holds only the built-ins again. Roles and faults stay.
     pub fn restart(&self) {
         self.with_world(|w| {
             let roles = w.registry.role_names();

@@ -1,6 +1,12 @@
-//! What the four tool-API operations do to the registry and answer, once a
-//! request is valid: role targeting, per-role sync results, and the exact
-//! JSON of each 200 answer.
+//! What the four tool-API operations do to the registry and its ledger and
+//! answer, once a request is valid: role targeting, per-role sync results,
+//! and the exact JSON of each 200 answer.
+//!
+//! Ledger rules: a registration some role took is recorded even when every
+//! sync failed (`ok:false`); one no role could take (no role at all) is
+//! not. An unregister or clear forgets matching entries only when it
+//! answers `ok:true`, so a registration survives in the ledger until such a
+//! call succeeds.
 //!
 //! Pure over the registry and the faults: no HTTP, no locking. An unknown
 //! role is returned as an error for the HTTP layer to turn into a 404.
@@ -39,7 +45,8 @@ impl RoleResults {
 }
 
 /// `POST /api/tools/register`. Every target role gets the tool written,
-/// even one whose sync then fails.
+/// even one whose sync then fails, and the ledger records it; with no role
+/// at all nothing is written anywhere.
 pub fn register(
     registry: &mut Registry,
     faults: &Faults,
@@ -65,6 +72,9 @@ pub fn register(
     for role in &roles {
         registry.put(role, tool.clone());
         results.record(role, faults);
+    }
+    if !roles.is_empty() {
+        registry.ledger_mut().record(req.role.as_deref(), tool);
     }
     let ok = !results.affected.is_empty();
     let mut body = json!({
@@ -94,8 +104,14 @@ pub fn unregister(
         }
     }
     let removed = !results.affected.is_empty() || !results.failed.is_empty();
+    let ok = results.ok_unless_all_failed();
+    if ok {
+        registry
+            .ledger_mut()
+            .forget_name(&req.name, req.role.as_deref());
+    }
     Ok(json!({
-        "ok": results.ok_unless_all_failed(),
+        "ok": ok,
         "removed": removed,
         "name": req.name,
         "affected_roles": results.affected,
@@ -119,8 +135,14 @@ pub fn clear(
             results.record(role, faults);
         }
     }
+    let ok = results.ok_unless_all_failed();
+    if ok {
+        registry
+            .ledger_mut()
+            .forget_source(&req.source, req.role.as_deref());
+    }
     Ok(json!({
-        "ok": results.ok_unless_all_failed(),
+        "ok": ok,
         "removed": removed,
         "source": req.source,
         "affected_roles": results.affected,
@@ -224,7 +246,7 @@ mod tests {
             },
         )
         .unwrap();
-        assert_eq!(body["removed"], json!(4));
+        assert_eq!(body["removed"], json!(2));
         assert!(r.roles().iter().all(|rt| rt.tools.is_empty()));
     }
 
@@ -235,5 +257,77 @@ mod tests {
             register(&mut r, &Faults::default(), reg("t", Some("X"), "s")),
             Err(UnknownRole("X".into()))
         );
+    }
+
+    fn ledger_names(r: &Registry) -> Vec<(String, Option<String>)> {
+        r.ledger()
+            .entries()
+            .iter()
+            .map(|e| (e.tool.name.clone(), e.role.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn with_no_role_at_all_a_register_records_nothing() {
+        let mut r = Registry::new(&[], &default_builtins());
+        let body = register(&mut r, &Faults::default(), reg("t", None, "s")).unwrap();
+        assert_eq!(
+            body,
+            json!({"ok":false,"registered":"t","affected_roles":[],"failed_roles":[],"error":"no role accepted the registration"})
+        );
+        assert!(r.ledger().entries().is_empty());
+        assert_eq!(r.listing_json(None), r#"{"ok":true,"tools_by_role":{}}"#);
+    }
+
+    #[test]
+    fn an_ok_false_registration_stays_in_the_ledger_until_an_ok_clear() {
+        let mut r = registry();
+        let mut f = Faults::default();
+        f.failing_roles
+            .extend(["小八".to_owned(), "Lanlan".to_owned()]);
+        let body = register(&mut r, &f, reg("t", None, "s")).unwrap();
+        assert_eq!(body["ok"], json!(false));
+        assert_eq!(ledger_names(&r), [("t".to_owned(), None)]);
+        let clear_s = || ClearRequest {
+            source: "s".into(),
+            role: None,
+        };
+        let body = clear(&mut r, &f, clear_s()).unwrap();
+        assert_eq!(
+            (body["ok"].clone(), body["removed"].clone()),
+            (json!(false), json!(2))
+        );
+        assert_eq!(ledger_names(&r).len(), 1, "a failed clear keeps the entry");
+        f.failing_roles.clear();
+        let body = clear(&mut r, &f, clear_s()).unwrap();
+        assert_eq!(
+            (body["ok"].clone(), body["removed"].clone()),
+            (json!(true), json!(0))
+        );
+        assert!(r.ledger().entries().is_empty());
+    }
+
+    #[test]
+    fn an_ok_unregister_forgets_the_entries_it_addresses() {
+        let mut r = registry();
+        let f = Faults::default();
+        register(&mut r, &f, reg("t", None, "s")).unwrap();
+        register(&mut r, &f, reg("u", Some("Lanlan"), "s")).unwrap();
+        let unreg = |name: &str, role: Option<&str>| UnregisterRequest {
+            name: name.into(),
+            role: role.map(Into::into),
+        };
+        unregister(&mut r, &f, unreg("t", Some("小八"))).unwrap();
+        assert_eq!(
+            ledger_names(&r),
+            [
+                ("t".to_owned(), None),
+                ("u".to_owned(), Some("Lanlan".to_owned()))
+            ],
+            "a role-addressed unregister leaves the global entry"
+        );
+        unregister(&mut r, &f, unreg("u", None)).unwrap();
+        unregister(&mut r, &f, unreg("t", None)).unwrap();
+        assert!(r.ledger().entries().is_empty());
     }
 }

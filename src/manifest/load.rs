@@ -16,7 +16,8 @@ use serde_json::Value as Json;
 use toml::de::{DeTable, DeValue};
 
 use super::{ExecHandler, Handler, HttpHandler, Origin, ToolSpec, default_parameters, schema};
-use crate::config::{absolutize, is_loopback, runtime_path};
+use crate::config::{absolutize, runtime_path};
+use crate::contract::is_loopback_ip;
 use crate::diag::{Diagnostic, SourceText};
 use crate::tomldoc::{self, TableReader, type_name};
 
@@ -531,8 +532,8 @@ fn read_http(r: &mut TableReader<'_, '_>, base: &Path, ctx: &LoadContext) -> Opt
 fn url_host_is_loopback(u: &reqwest::Url) -> bool {
     match u.host() {
         Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => is_loopback(ip.into()),
-        Some(url::Host::Ipv6(ip)) => is_loopback(ip.into()),
+        Some(url::Host::Ipv4(ip)) => is_loopback_ip(ip.into()),
+        Some(url::Host::Ipv6(ip)) => is_loopback_ip(ip.into()),
         None => false,
     }
 }

@@ -140,7 +140,7 @@ pub fn classify(
         Err(e) => return Err(format!("the call could not be made: {e}")),
         Ok(a) => a,
     };
-    let v = &answer.view;
+    let v = &answer;
     let code = v.output.get("code").and_then(Json::as_str);
     if v.is_error && code == Some("TOOL_NOT_REGISTERED") && tool == OPTIONAL_TOOL {
         return Ok(Class::NotRouted);
@@ -227,6 +227,7 @@ pub async fn call_and_file(
             arguments: Some(mode.arguments(q)),
             raw_arguments: None,
             role: Some(role.to_owned()),
+            sees_images: None,
         })
         .await;
     let took = started.elapsed();

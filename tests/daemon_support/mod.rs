@@ -18,6 +18,7 @@ use std::time::Duration;
 use neko_sidecar::config;
 use neko_sidecar::daemon::{self, Daemon, DaemonOptions};
 use neko_sidecar::devserver::{DevServer, DevServerHandle, RegistrySnapshot, Tool};
+use neko_sidecar::status::StatusSnapshot;
 use rustix::process::{Pid, Signal};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -484,4 +485,28 @@ impl Drop for InProcess {
     fn drop(&mut self) {
         self.shutdown.cancel();
     }
+}
+
+/// Waits until the daemon's status satisfies `pred`, on every change of
+/// it, for at most `WAIT`.
+pub async fn wait_status(d: &InProcess, what: &str, pred: impl Fn(&StatusSnapshot) -> bool) {
+    let status = &d.daemon().status;
+    let mut changes = status.subscribe();
+    let ok = tokio::time::timeout(WAIT, async {
+        loop {
+            changes.mark_unchanged();
+            if pred(&status.snapshot()) {
+                return;
+            }
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        ok.is_ok() && pred(&status.snapshot()),
+        "timed out waiting for {what}: {:#?}",
+        status.snapshot()
+    );
 }

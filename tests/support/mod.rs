@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::http::StatusCode;
-use neko_sidecar::devserver::{DevServer, DevServerHandle};
+use neko_sidecar::devserver::{DevServer, DevServerBuilder, DevServerHandle};
 use serde_json::Value;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 /// The env var naming a real main_server to run the contract against.
 pub const REAL_SERVER_ENV: &str = "NEKO_MAIN_SERVER_URL";
@@ -38,8 +39,13 @@ pub fn client() -> reqwest::Client {
 
 /// A fresh in-process stand-in on a port-0 listener.
 pub async fn dev_server() -> DevServerHandle {
+    dev_server_with(DevServer::builder()).await
+}
+
+/// A stand-in configured by `builder`, on a port-0 listener.
+pub async fn dev_server_with(builder: DevServerBuilder) -> DevServerHandle {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    DevServer::builder().start(listener).unwrap()
+    builder.start(listener).unwrap()
 }
 
 /// The target of a test that needs no `/__dev/` control.
@@ -70,6 +76,24 @@ pub async fn dev_target(test: &str) -> Option<(Target, DevServerHandle)> {
     }
     let t = target().await;
     let h = t.handle.clone().unwrap();
+    Some((t, h))
+}
+
+/// Like [`dev_target`], with a stand-in configured by `builder`.
+pub async fn dev_target_with(
+    test: &str,
+    builder: DevServerBuilder,
+) -> Option<(Target, DevServerHandle)> {
+    if std::env::var(REAL_SERVER_ENV).is_ok_and(|u| !u.is_empty()) {
+        eprintln!("{test}: skipped against real server: needs /__dev/ control");
+        return None;
+    }
+    let h = dev_server_with(builder).await;
+    let t = Target {
+        url: h.url(),
+        handle: Some(h.clone()),
+        client: client(),
+    };
     Some((t, h))
 }
 
@@ -140,6 +164,59 @@ impl Target {
     pub async fn register(&self, body: Value) -> (u16, Value) {
         self.post("/api/tools/register", &body).await
     }
+}
+
+/// Sends `head` (the request line and headers, each line ending in CRLF,
+/// without the blank line: `Connection: close` is added) and then `body`
+/// over a raw socket to `base_url`, and reads the answer to the end. For
+/// requests reqwest would not send as is (a declared length with no body,
+/// a chunked body split at chosen places).
+///
+/// A server may answer before it has read the whole body and close: a
+/// write that fails then is expected, and the answer is read all the same.
+/// Deadline-bound, so a server that never answers fails the test.
+pub async fn raw_http(base_url: &str, head: &str, body: &[&[u8]]) -> (u16, Value) {
+    let url = reqwest::Url::parse(base_url).unwrap();
+    let addr = format!(
+        "{}:{}",
+        url.host_str().unwrap(),
+        url.port_or_known_default().unwrap()
+    );
+    let exchange = async {
+        let mut sock = TcpStream::connect(addr).await.unwrap();
+        let mut out = head.as_bytes().to_vec();
+        out.extend_from_slice(b"Connection: close\r\n\r\n");
+        let mut wrote = sock.write_all(&out).await;
+        for part in body {
+            if wrote.is_err() {
+                break;
+            }
+            wrote = sock.write_all(part).await;
+        }
+        let mut answer = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        // Read until EOF; a reset after the answer arrived ends it too.
+        while let Ok(n) = sock.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            answer.extend_from_slice(&buf[..n]);
+        }
+        answer
+    };
+    let answer = tokio::time::timeout(Duration::from_secs(60), exchange)
+        .await
+        .expect("the server answers the raw request");
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no HTTP answer: {text:?}"));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {head:?}"));
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
 }
 
 /// Status and JSON body (`null` for an empty or non-JSON body).

@@ -1,0 +1,115 @@
+//! main_server's rules, written once: what the sidecar and the stand-in
+//! both need to know about how the real server behaves (`../shared/CONTRACT.md`).
+//!
+//! - Python truthiness and the envelope predicate (`truthy`, `is_envelope`);
+//! - how an answer becomes what the model reads (`answer`): the eight rules
+//!   of "How main_server builds `output`", and the text the model reads;
+//! - the image rules (`images`), with a real JPEG/PNG decode;
+//! - loopback, and the `builtin` source that no client may use.
+//!
+//! Two copies of a rule drift, and then the tests prove the wrong thing: the
+//! stand-in (`devserver`) reads answers with this module, and the sidecar
+//! (`callback::envelope`) checks its own answers against the same reading.
+//! Pure: no I/O, no logging.
+
+pub mod answer;
+pub mod images;
+
+use std::net::IpAddr;
+
+use serde_json::{Map, Value as Json};
+
+pub use answer::{Reading, model_reads, model_text, read_answer, transport_failure};
+
+/// The source tag of main_server's own built-in tools. A client that clears
+/// this source deletes them.
+pub const BUILTIN_SOURCE: &str = "builtin";
+
+/// The one built-in tool main_server has today, in every role.
+pub const RECALL_MEMORY: &str = "recall_memory";
+
+/// Python truthiness, as main_server reads `is_error`: null, false, 0, "",
+/// [] and {} are false; everything else (the string "false" too) is true.
+pub fn truthy(v: &Json) -> bool {
+    match v {
+        Json::Null => false,
+        Json::Bool(b) => *b,
+        Json::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Json::String(s) => !s.is_empty(),
+        Json::Array(a) => !a.is_empty(),
+        Json::Object(o) => !o.is_empty(),
+    }
+}
+
+/// An object with an `output` or an `is_error` key is an envelope; any
+/// other object is plain data, shown to the model whole.
+pub fn is_envelope(obj: &Map<String, Json>) -> bool {
+    obj.contains_key("output") || obj.contains_key("is_error")
+}
+
+/// Loopback as main_server sees it: 127.0.0.0/8, `::1` and IPv4-mapped
+/// `::ffff:127.x.x.x` (how a dual-stack socket reports an IPv4 peer).
+pub fn is_loopback_ip(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn truthiness_is_pythons() {
+        for falsy in [
+            json!(false),
+            json!(null),
+            json!(0),
+            json!(0.0),
+            json!(""),
+            json!([]),
+            json!({}),
+        ] {
+            assert!(!truthy(&falsy), "{falsy}");
+        }
+        for t in [
+            json!(true),
+            json!("false"),
+            json!("0"),
+            json!(1),
+            json!(-0.5),
+            json!([0]),
+            json!({"a": 0}),
+        ] {
+            assert!(truthy(&t), "{t}");
+        }
+    }
+
+    #[test]
+    fn an_envelope_has_output_or_is_error() {
+        let obj = |v: Json| v.as_object().cloned().unwrap();
+        assert!(is_envelope(&obj(json!({"output": null}))));
+        assert!(is_envelope(&obj(json!({"is_error": false}))));
+        assert!(!is_envelope(&obj(json!({"error": "x", "images": []}))));
+    }
+
+    #[test]
+    fn loopback_includes_mapped_v4_and_not_others() {
+        for ip in ["127.0.0.1", "127.9.8.7", "::1", "::ffff:127.0.0.1"] {
+            assert!(is_loopback_ip(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in [
+            "10.0.0.1",
+            "0.0.0.0",
+            "::",
+            "::ffff:10.0.0.1",
+            "192.168.1.1",
+        ] {
+            assert!(!is_loopback_ip(ip.parse().unwrap()), "{ip}");
+        }
+    }
+}
