@@ -25,11 +25,12 @@ async fn invoke(t: &Target, body: Value) -> (u16, Value) {
 
 /// Registers a tool answering `status`/`body` and calls it once.
 async fn call_answering(
+    test: &str,
     status: u16,
     content_type: &'static str,
     body: &'static str,
 ) -> Option<Value> {
-    let (t, _h) = dev_target("call_answering").await?;
+    let (t, _h) = dev_target(test).await?;
     let cb = CallbackServer::start(status, content_type, body).await;
     register(&t, "t", &cb.url, "external", 30.0).await;
     let (code, answer) = invoke(&t, json!({"name": "t", "arguments": {}})).await;
@@ -39,7 +40,9 @@ async fn call_answering(
 
 #[tokio::test]
 async fn callback_body_carries_name_arguments_call_id_and_raw_text() {
-    let Some((t, _h)) = dev_target("callback_body").await else {
+    let Some((t, _h)) =
+        dev_target("callback_body_carries_name_arguments_call_id_and_raw_text").await
+    else {
         return;
     };
     let cb =
@@ -68,7 +71,7 @@ async fn callback_body_carries_name_arguments_call_id_and_raw_text() {
 
 #[tokio::test]
 async fn arguments_are_wrapped_when_not_a_json_object() {
-    let Some((t, _h)) = dev_target("arguments_are_wrapped").await else {
+    let Some((t, _h)) = dev_target("arguments_are_wrapped_when_not_a_json_object").await else {
         return;
     };
     let cb = CallbackServer::start(200, "application/json", "{}").await;
@@ -113,7 +116,14 @@ async fn call_ids_are_not_unique() {
 #[tokio::test]
 async fn rule1_error_status_is_a_failed_call_with_200_chars() {
     let long: &'static str = Box::leak("x".repeat(300).into_boxed_str());
-    let Some(answer) = call_answering(500, "text/plain", long).await else {
+    let Some(answer) = call_answering(
+        "rule1_error_status_is_a_failed_call_with_200_chars",
+        500,
+        "text/plain",
+        long,
+    )
+    .await
+    else {
         return;
     };
     let msg = format!(
@@ -129,14 +139,28 @@ async fn rule1_error_status_is_a_failed_call_with_200_chars() {
 
 #[tokio::test]
 async fn rule2_non_json_body_is_the_output_text() {
-    let Some(answer) = call_answering(200, "text/plain", "sunny, 22°C").await else {
+    let Some(answer) = call_answering(
+        "rule2_non_json_body_is_the_output_text",
+        200,
+        "text/plain",
+        "sunny, 22°C",
+    )
+    .await
+    else {
         return;
     };
     assert_eq!(
         (answer["output"].clone(), answer["is_error"].clone()),
         (json!("sunny, 22°C"), json!(false))
     );
-    let Some(answer) = call_answering(200, "application/json", "").await else {
+    let Some(answer) = call_answering(
+        "rule2_non_json_body_is_the_output_text",
+        200,
+        "application/json",
+        "",
+    )
+    .await
+    else {
         return;
     };
     assert_eq!(answer["output"], json!(""));
@@ -144,7 +168,14 @@ async fn rule2_non_json_body_is_the_output_text() {
 
 #[tokio::test]
 async fn rule3_non_object_json_is_that_value() {
-    let Some(answer) = call_answering(200, "application/json", "[1, \"two\"]").await else {
+    let Some(answer) = call_answering(
+        "rule3_non_object_json_is_that_value",
+        200,
+        "application/json",
+        "[1, \"two\"]",
+    )
+    .await
+    else {
         return;
     };
     assert_eq!(answer["output"], json!([1, "two"]));
@@ -152,8 +183,13 @@ async fn rule3_non_object_json_is_that_value() {
 
 #[tokio::test]
 async fn rule4_object_without_envelope_keys_is_the_whole_output() {
-    let Some(answer) =
-        call_answering(200, "application/json", r#"{"temp_c":22,"error":"x"}"#).await
+    let Some(answer) = call_answering(
+        "rule4_object_without_envelope_keys_is_the_whole_output",
+        200,
+        "application/json",
+        r#"{"temp_c":22,"error":"x"}"#,
+    )
+    .await
     else {
         return;
     };
@@ -167,7 +203,14 @@ async fn rule4_object_without_envelope_keys_is_the_whole_output() {
 #[tokio::test]
 async fn rule5_envelope_is_error_is_truthy_tested() {
     let body = r#"{"output":null,"is_error":"false","error":"city not found"}"#;
-    let Some(answer) = call_answering(200, "application/json", body).await else {
+    let Some(answer) = call_answering(
+        "rule5_envelope_is_error_is_truthy_tested",
+        200,
+        "application/json",
+        body,
+    )
+    .await
+    else {
         return;
     };
     // The model reads `output` alone: this reason never reaches it.
@@ -176,6 +219,7 @@ async fn rule5_envelope_is_error_is_truthy_tested() {
         json!({"model_text": "null", "output": null, "is_error": true, "error": "city not found", "error_reaches_model": false, "images": [], "warnings": [], "call_id": "call_0", "role": "小八"})
     );
     let Some(answer) = call_answering(
+        "rule5_envelope_is_error_is_truthy_tested",
         200,
         "application/json",
         r#"{"output":{"a":1},"is_error":false,"error":"hidden"}"#,
@@ -189,6 +233,7 @@ async fn rule5_envelope_is_error_is_truthy_tested() {
         (json!({"a":1}), json!(null))
     );
     let Some(answer) = call_answering(
+        "rule5_envelope_is_error_is_truthy_tested",
         200,
         "application/json",
         r#"{"is_error":0,"x":1,"images":[]}"#,
@@ -214,7 +259,14 @@ async fn rule7_only_the_first_two_images_are_looked_at_and_must_be_real() {
         {"data_b64": "aGk=", "mime": "image/png", "vision_prompt": "not a PNG"},
         {"data_b64": png, "mime": "image/png", "vision_prompt": "three"},
     ]));
-    let Some(answer) = call_answering(200, "application/json", body).await else {
+    let Some(answer) = call_answering(
+        "rule7_only_the_first_two_images_are_looked_at_and_must_be_real",
+        200,
+        "application/json",
+        body,
+    )
+    .await
+    else {
         return;
     };
     let prompts: Vec<_> = answer["images"]
@@ -244,7 +296,9 @@ async fn rule7_only_the_first_two_images_are_looked_at_and_must_be_real() {
 
 #[tokio::test]
 async fn rule7_a_model_that_cannot_see_images_reads_their_descriptions() {
-    let Some((t, _h)) = dev_target("image_descriptions").await else {
+    let Some((t, _h)) =
+        dev_target("rule7_a_model_that_cannot_see_images_reads_their_descriptions").await
+    else {
         return;
     };
     let body =
@@ -266,7 +320,13 @@ async fn rule7_a_model_that_cannot_see_images_reads_their_descriptions() {
 
 #[tokio::test]
 async fn redirects_are_not_followed_and_read_like_any_answer() {
-    let Some(answer) = call_answering(307, "application/json", r#"{"output":"moved"}"#).await
+    let Some(answer) = call_answering(
+        "redirects_are_not_followed_and_read_like_any_answer",
+        307,
+        "application/json",
+        r#"{"output":"moved"}"#,
+    )
+    .await
     else {
         return;
     };
@@ -278,7 +338,7 @@ async fn redirects_are_not_followed_and_read_like_any_answer() {
 
 #[tokio::test]
 async fn rule6_refused_connection_is_a_connect_error() {
-    let Some((t, _h)) = dev_target("rule6_refused").await else {
+    let Some((t, _h)) = dev_target("rule6_refused_connection_is_a_connect_error").await else {
         return;
     };
     let url = format!("http://127.0.0.1:{}/tool", refused_port().await);
@@ -293,7 +353,8 @@ async fn rule6_refused_connection_is_a_connect_error() {
 
 #[tokio::test]
 async fn rule6_silence_past_timeout_seconds_is_a_read_timeout() {
-    let Some((t, _h)) = dev_target("rule6_read_timeout").await else {
+    let Some((t, _h)) = dev_target("rule6_silence_past_timeout_seconds_is_a_read_timeout").await
+    else {
         return;
     };
     let (url, _silent) = silent_server().await;
@@ -307,7 +368,7 @@ async fn rule6_silence_past_timeout_seconds_is_a_read_timeout() {
 
 #[tokio::test]
 async fn unknown_tool_or_role_is_404_and_builtins_answer() {
-    let Some((t, _h)) = dev_target("unknown_tool").await else {
+    let Some((t, _h)) = dev_target("unknown_tool_or_role_is_404_and_builtins_answer").await else {
         return;
     };
     assert_eq!(
@@ -337,7 +398,10 @@ async fn unknown_tool_or_role_is_404_and_builtins_answer() {
 
 #[tokio::test]
 async fn third_connection_failure_evicts_the_plugins_tools_on_that_port_everywhere() {
-    let Some((t, h)) = dev_target("eviction").await else {
+    let Some((t, h)) =
+        dev_target("third_connection_failure_evicts_the_plugins_tools_on_that_port_everywhere")
+            .await
+    else {
         return;
     };
     let dead = refused_port().await;
@@ -381,7 +445,7 @@ async fn third_connection_failure_evicts_the_plugins_tools_on_that_port_everywhe
 
 #[tokio::test]
 async fn a_completed_exchange_resets_the_failure_count() {
-    let Some((t, h)) = dev_target("eviction_reset").await else {
+    let Some((t, h)) = dev_target("a_completed_exchange_resets_the_failure_count").await else {
         return;
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -415,7 +479,7 @@ async fn a_completed_exchange_resets_the_failure_count() {
 
 #[tokio::test]
 async fn read_timeouts_and_non_plugin_sources_never_evict() {
-    let Some((t, h)) = dev_target("eviction_exempt").await else {
+    let Some((t, h)) = dev_target("read_timeouts_and_non_plugin_sources_never_evict").await else {
         return;
     };
     let (silent, _task) = silent_server().await;
