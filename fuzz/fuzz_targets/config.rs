@@ -11,7 +11,8 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use neko_sidecar::config::{self, is_loopback};
+use neko_sidecar::config;
+use neko_sidecar::contract::is_loopback_ip;
 use neko_sidecar_fuzz::assert_positions_within;
 
 const PATH: &str = "/nonexistent/neko-sidecar-fuzz/agent.toml";
@@ -33,8 +34,8 @@ fuzz_target!(|data: &[u8]| {
         c.source
     );
     assert!(!c.manifest_dirs.is_empty());
-    assert!(is_loopback(c.callback.listen.ip()), "{}", c.callback.listen);
-    assert!(c.admin.listen.is_none_or(|a| is_loopback(a.ip())));
+    assert!(is_loopback_ip(c.callback.listen.ip()), "{}", c.callback.listen);
+    assert!(c.admin.listen.is_none_or(|a| is_loopback_ip(a.ip())));
     let r = &c.registration;
     assert!(r.backoff_initial <= r.backoff_max);
     for d in [
