@@ -34,7 +34,11 @@ fuzz_target!(|data: &[u8]| {
         c.source
     );
     assert!(!c.manifest_dirs.is_empty());
-    assert!(is_loopback_ip(c.callback.listen.ip()), "{}", c.callback.listen);
+    assert!(
+        is_loopback_ip(c.callback.listen.ip()),
+        "{}",
+        c.callback.listen
+    );
     assert!(c.admin.listen.is_none_or(|a| is_loopback_ip(a.ip())));
     let r = &c.registration;
     assert!(r.backoff_initial <= r.backoff_max);

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use neko_sidecar::callback::envelope::Envelope;
-use neko_sidecar::contract::read_answer;
+use neko_sidecar::contract::{model_reads, read_answer};
 use neko_sidecar::diag::{Diagnostic, Position};
 use serde_json::Value as Json;
 
@@ -75,7 +75,14 @@ pub fn assert_envelope_shape(env: &Envelope) {
     assert_eq!(obj.get("images"), env.images.as_ref(), "{text}");
     let read = read_answer(200, text.as_bytes(), true);
     assert_eq!(read.is_error, env.is_error, "{text}");
-    if let Some(e) = env.error.as_deref().filter(|e| !e.contains("see the output")) {
-        assert!(read.model_text().contains(e), "the model does not read {e:?}: {text}");
+    if let Some(e) = env
+        .error
+        .as_deref()
+        .filter(|e| !e.contains("see the output"))
+    {
+        assert!(
+            model_reads(&read.output, e),
+            "the model does not read {e:?}: {text}"
+        );
     }
 }
