@@ -193,6 +193,19 @@ async fn invalid_arguments_never_start_the_process() {
     assert!(dir.path().join("ran").exists());
 }
 
+/// The answer came long before the 20 s deadline, and the background job
+/// was stopped after it.
+async fn answered_promptly_and_job_gone(took: Duration, bg: u32) {
+    assert!(
+        took < Duration::from_secs(5),
+        "answered after {took:?} of 20 s"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || process_gone(bg)).await,
+        "the background job {bg} is still running"
+    );
+}
+
 /// Calls a tool whose handler is `sh -c SCRIPT` (a 20 s budget) and whose
 /// background `sleep` writes its pid to bg.pid; returns the answer, how
 /// long it took, and that pid.
@@ -225,14 +238,7 @@ async fn a_handler_whose_background_job_holds_stdout_is_answered_when_it_exits()
     )
     .await;
     assert_eq!(success(&answer), "hi");
-    assert!(
-        took < Duration::from_secs(5),
-        "answered after {took:?} of 20 s"
-    );
-    assert!(
-        wait_until(Duration::from_secs(10), || process_gone(bg)).await,
-        "the background job {bg} is still running"
-    );
+    answered_promptly_and_job_gone(took, bg).await;
     assert_eq!(sc.handle.stats().tools["t"].count(Outcome::Ok), 1);
 }
 
@@ -241,14 +247,7 @@ async fn a_background_job_holding_stdout_that_ignores_sigterm_is_killed() {
     let (_sc, answer, took, bg) =
         call_with_a_background_job(r#"trap '' TERM; sleep 300 & echo $! > bg.pid; echo hi"#).await;
     assert_eq!(success(&answer), "hi");
-    assert!(
-        took < Duration::from_secs(5),
-        "answered after {took:?} of 20 s"
-    );
-    assert!(
-        wait_until(Duration::from_secs(10), || process_gone(bg)).await,
-        "the background job {bg} is still running"
-    );
+    answered_promptly_and_job_gone(took, bg).await;
 }
 
 #[tokio::test]
@@ -261,13 +260,6 @@ async fn a_failing_handler_whose_background_job_holds_stdout_reports_its_exit() 
         msg,
         "the handler exited with status 4; its stderr ended with:\nno database"
     );
-    assert!(
-        took < Duration::from_secs(5),
-        "answered after {took:?} of 20 s"
-    );
-    assert!(
-        wait_until(Duration::from_secs(10), || process_gone(bg)).await,
-        "the background job {bg} is still running"
-    );
+    answered_promptly_and_job_gone(took, bg).await;
     assert_eq!(sc.handle.stats().tools["t"].count(Outcome::HandlerExit), 1);
 }

@@ -8,6 +8,7 @@
 //! `error` would reach it as `null`. One daemon, in-process, against the
 //! stand-in, serves every tool below over real loopback sockets.
 
+mod callback_support;
 mod daemon_support;
 
 use std::time::Duration;
@@ -99,10 +100,7 @@ impl Setup {
         );
         // A program that exists when the manifest is loaded and is gone
         // by the time of the call.
-        let gone = ws.root.join("gone.sh");
-        std::fs::write(&gone, "#!/bin/sh\necho hi\n").unwrap();
-        std::fs::set_permissions(&gone, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        let gone = callback_support::script(&ws.root, "gone.sh", "echo hi");
         ws.write_tool(
             "missing.toml",
             &format!(
@@ -225,14 +223,11 @@ async fn every_failure_class_reaches_the_model_with_its_reason() {
     // deadline than its own, which a saved edit to a shorter timeout gives.
     let first = s.call("slow", json!({}));
     let second = async {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while s.d.daemon().callback.stats().tools["slow"].in_flight == 0 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the first call never arrived"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let slow_in_flight = || s.d.daemon().callback.stats().tools["slow"].in_flight > 0;
+        assert!(
+            callback_support::wait_until(WAIT, slow_in_flight).await,
+            "the first call never arrived"
+        );
         s.ws.write_tool("slow.toml", &slow_tool(2));
         wait_stand_in(&s.h, "the shorter timeout registered", WAIT, |h| {
             h.registry_snapshot()

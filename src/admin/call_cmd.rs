@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::client::{AdminClient, ClientError, admin_url};
-use crate::devserver::invoke::{callback_body, post_callback, turn_call_id};
+use crate::devserver::invoke::{
+    MAX_CALLBACK_CONNECTIONS, callback_body, post_callback, turn_call_id,
+};
 
 /// main_server's default when a tool's timeout is unknown.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -97,7 +99,8 @@ pub async fn call(
     let call_id = turn_call_id(0);
     let started = Instant::now();
     let body = callback_body(&tool.name, &raw, &call_id);
-    let (view, _) = post_callback(&url, timeout, &body, true).await;
+    let connections = tokio::sync::Semaphore::new(MAX_CALLBACK_CONNECTIONS);
+    let (view, _) = post_callback(&connections, &url, timeout, &body, true).await;
     let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     Ok(CallReport {
         is_error: view.is_error,

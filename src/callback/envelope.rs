@@ -17,6 +17,7 @@
 
 use serde_json::{Map, Value as Json, json};
 
+use crate::contract::answer::insert_into_output;
 use crate::contract::{is_envelope, model_reads, truthy};
 
 /// A normalised answer, ready to be serialised as the response body.
@@ -312,23 +313,22 @@ fn says_nothing(output: &Json) -> bool {
 /// says nothing, an `error` key in an object that has none (else `reason`),
 /// and any other value wrapped as main_server wraps one,
 /// `{"result": value, "error": reason}`.
-pub fn reason_in_output(output: Json, reason: &str) -> Json {
+pub fn reason_in_output(mut output: Json, reason: &str) -> Json {
     if !says_nothing(&output) && model_reads(&output, reason) {
         return output;
     }
-    match output {
-        Json::Null => json!({ "error": reason }),
-        Json::String(s) if s.trim().is_empty() => json!({ "error": reason }),
-        Json::Object(mut o) => {
-            let key = ["error", "reason", "error_message"]
-                .into_iter()
-                .find(|k| !o.contains_key(*k))
-                .unwrap_or("_error");
-            o.insert(key.to_owned(), Json::String(reason.to_owned()));
-            Json::Object(o)
-        }
-        other => json!({ "result": other, "error": reason }),
+    if output.is_null() || output.as_str().is_some_and(|s| s.trim().is_empty()) {
+        return json!({ "error": reason });
     }
+    let key = match &output {
+        Json::Object(o) => ["error", "reason", "error_message"]
+            .into_iter()
+            .find(|k| !o.contains_key(*k))
+            .unwrap_or("_error"),
+        _ => "error",
+    };
+    insert_into_output(&mut output, key, Json::String(reason.to_owned()));
+    output
 }
 
 #[cfg(test)]

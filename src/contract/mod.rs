@@ -58,6 +58,17 @@ pub fn is_loopback_ip(ip: IpAddr) -> bool {
     }
 }
 
+/// Whether a URL's host is loopback: a loopback IP literal or the literal
+/// `localhost`.
+pub fn url_host_is_loopback(u: &url::Url) -> bool {
+    match u.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => is_loopback_ip(ip.into()),
+        Some(url::Host::Ipv6(ip)) => is_loopback_ip(ip.into()),
+        None => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::contract::is_loopback_ip;
+use crate::contract::{is_loopback_ip, url_host_is_loopback};
 
 /// What a trusted `Host` header names, its port dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,15 +152,7 @@ fn is_loopback_origin(origin: &str) -> bool {
     let Ok(url) = url::Url::parse(origin.trim()) else {
         return false;
     };
-    if url.scheme() != "http" && url.scheme() != "https" {
-        return false;
-    }
-    match url.host() {
-        Some(url::Host::Ipv4(v4)) => is_loopback_ip(IpAddr::V4(v4)),
-        Some(url::Host::Ipv6(v6)) => is_loopback_ip(IpAddr::V6(v6)),
-        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        None => false,
-    }
+    matches!(url.scheme(), "http" | "https") && url_host_is_loopback(&url)
 }
 
 #[cfg(test)]

@@ -5,7 +5,6 @@
 //!
 //! This is the only module of the stand-in that makes outgoing requests.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -22,10 +21,6 @@ use crate::contract::{Reading, read_answer, transport_failure};
 /// main_server's one httpx client holds at most this many connections for
 /// all callbacks together; a call past them waits for one (`PoolTimeout`).
 pub const MAX_CALLBACK_CONNECTIONS: usize = 20;
-
-/// The connections of every callback of this process.
-static CONNECTIONS: LazyLock<Semaphore> =
-    LazyLock::new(|| Semaphore::new(MAX_CALLBACK_CONNECTIONS));
 
 /// `POST /__dev/invoke`: which tool to call and with what.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -167,7 +162,9 @@ pub async fn invoke(shared: &Shared, req: InvokeRequest) -> Result<InvokeAnswer,
         Some(url) => {
             let timeout = Duration::from_secs_f64(tool.timeout_seconds);
             let body = callback_body(&tool.name, &raw, &call_id);
-            let (reading, outcome) = post_callback(url, timeout, &body, sees_images).await;
+            let connections = &shared.callback_connections;
+            let (reading, outcome) =
+                post_callback(connections, url, timeout, &body, sees_images).await;
             record_outcome(shared, &tool, url, outcome);
             reading
         }
@@ -191,12 +188,13 @@ fn builtin_answer(shared: &Shared, tool: &Tool) -> Reading {
 /// connections, connect, and each read (per read, not a total). No
 /// redirects, no proxy. Also used by `neko-sidecar call`.
 pub async fn post_callback(
+    connections: &Semaphore,
     url: &str,
     timeout: Duration,
     body: &Value,
     sees_images: bool,
 ) -> (Reading, CallOutcome) {
-    let Ok(Ok(_connection)) = tokio::time::timeout(timeout, CONNECTIONS.acquire()).await else {
+    let Ok(Ok(_connection)) = tokio::time::timeout(timeout, connections.acquire()).await else {
         return (
             transport_failure("PoolTimeout", ""),
             CallOutcome::Inconclusive,

@@ -52,6 +52,10 @@ pub struct Shared {
     /// Bumped on every registry change and every logged request, so a test
     /// waits on a condition instead of sleeping.
     changes: watch::Sender<u64>,
+    /// The connections of this server's one callback client
+    /// (`invoke::MAX_CALLBACK_CONNECTIONS`), as main_server's httpx client
+    /// holds them: one pool per server, not per process.
+    pub callback_connections: tokio::sync::Semaphore,
 }
 
 /// Locks a mutex, carrying on after a panic elsewhere: every section here
@@ -74,6 +78,9 @@ impl Shared {
             log: Mutex::new(RequestLog::default()),
             builtins,
             changes: watch::channel(0).0,
+            callback_connections: tokio::sync::Semaphore::new(
+                super::invoke::MAX_CALLBACK_CONNECTIONS,
+            ),
         }
     }
 

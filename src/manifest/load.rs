@@ -17,7 +17,7 @@ use toml::de::{DeTable, DeValue};
 
 use super::{ExecHandler, Handler, HttpHandler, Origin, ToolSpec, default_parameters, schema};
 use crate::config::{absolutize, runtime_path};
-use crate::contract::is_loopback_ip;
+use crate::contract::url_host_is_loopback;
 use crate::diag::{Diagnostic, SourceText};
 use crate::tomldoc::{self, TableReader, type_name};
 
@@ -527,15 +527,6 @@ fn read_http(r: &mut TableReader<'_, '_>, base: &Path, ctx: &LoadContext) -> Opt
         return None;
     }
     Some(HttpHandler { url, unix_socket })
-}
-
-fn url_host_is_loopback(u: &reqwest::Url) -> bool {
-    match u.host() {
-        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => is_loopback_ip(ip.into()),
-        Some(url::Host::Ipv6(ip)) => is_loopback_ip(ip.into()),
-        None => false,
-    }
 }
 
 fn read_exec(r: &mut TableReader<'_, '_>, base: &Path) -> Option<ExecHandler> {
