@@ -50,9 +50,12 @@ pub struct CallbackConfig {
     pub listen: SocketAddr,
     /// Larger callback bodies are refused with 413.
     pub max_body_bytes: usize,
-    /// Worker threads of the callback server; 0 means one per CPU the
-    /// process may use, at most `callback::MAX_WORKERS`.
-    pub workers: usize,
+    /// For a request head from its first byte, and a body from its head.
+    pub read_timeout: Duration,
+    /// A connection without a request is closed after this.
+    pub idle_timeout: Duration,
+    /// Connections held at once; at the bound the longest idle one closes.
+    pub max_connections: usize,
 }
 
 /// Limits for local handlers.
@@ -234,24 +237,38 @@ fn build(
     });
 
     let callback = section(&mut top, "callback", |r| {
-        r.deny_unknown(&["listen", "max_body_bytes", "workers"]);
+        if let Some((_, sp)) = r.integer("workers") {
+            // Removed, not refused: a config that set it still starts.
+            r.warning(
+                &sp,
+                "`workers` in [callback] is no longer used (the callback server runs on the daemon's runtime); delete the line",
+            );
+        }
+        r.deny_unknown(&[
+            "listen",
+            "max_body_bytes",
+            "read_timeout",
+            "idle_timeout",
+            "max_connections",
+            "workers",
+        ]);
         let listen = match r.string("listen") {
             Some((s, sp)) => validate_listen(r, "[callback]", &s, &sp),
             None => default_listen(),
         };
         let max_body_bytes = byte_limit(r, "max_body_bytes", 1 << 20);
-        let max = crate::callback::MAX_WORKERS;
-        let workers = integer_in(
-            r,
-            "workers",
-            0..=max as i64,
-            0,
-            &format!("0 (one per CPU, at most {max}) to {max}"),
-        );
         CallbackConfig {
             listen,
             max_body_bytes,
-            workers,
+            read_timeout: positive(r, "read_timeout", Duration::from_secs(20)),
+            idle_timeout: positive(r, "idle_timeout", Duration::from_secs(60)),
+            max_connections: integer_in(
+                r,
+                "max_connections",
+                16..=1_000_000,
+                1024,
+                "16 to 1000000",
+            ),
         }
     });
 
@@ -689,15 +706,40 @@ mod tests {
     }
 
     #[test]
-    fn callback_workers_default_to_one_per_cpu_and_are_bounded() {
-        assert_eq!(parse_ok("source = \"plugin:w\"\n").callback.workers, 0);
-        let c = parse_ok("source = \"plugin:w\"\n[callback]\nworkers = 2\n");
-        assert_eq!(c.callback.workers, 2);
-        let e = errors("source = \"plugin:w\"\n[callback]\nworkers = 9\n");
-        assert_eq!(e.len(), 1, "{e:?}");
+    fn callback_connection_limits_have_defaults_and_bounds() {
+        let c = parse_ok("source = \"plugin:w\"\n").callback;
+        assert_eq!(
+            (c.read_timeout, c.idle_timeout, c.max_connections),
+            (Duration::from_secs(20), Duration::from_secs(60), 1024)
+        );
+        let c = parse_ok(
+            "source = \"plugin:w\"\n[callback]\nread_timeout = \"5s\"\nidle_timeout = \"2m\"\nmax_connections = 64\n",
+        )
+        .callback;
+        assert_eq!(
+            (c.read_timeout, c.idle_timeout, c.max_connections),
+            (Duration::from_secs(5), Duration::from_secs(120), 64)
+        );
+        let e = errors("source = \"plugin:w\"\n[callback]\nmax_connections = 2\n");
+        assert_eq!(
+            e,
+            ["a.toml:3:19: error: `max_connections` is 2: allowed values are 16 to 1000000"]
+        );
+    }
+
+    #[test]
+    fn the_removed_workers_key_is_a_warning_not_an_error() {
+        let (cfg, diags) = parse(
+            Path::new("a.toml"),
+            "source = \"plugin:w\"\n[callback]\nworkers = 2\n",
+        );
+        assert!(cfg.is_some());
+        assert_eq!(diags.len(), 1, "{diags:?}");
+        assert!(!diags[0].is_error());
         assert!(
-            e[0].starts_with("a.toml:3:11: error: `workers` is 9: allowed values are 0 (one per CPU, at most 4) to 4"),
-            "{e:?}"
+            diags[0]
+                .to_string()
+                .contains("`workers` in [callback] is no longer used")
         );
     }
 }

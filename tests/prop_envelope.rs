@@ -4,12 +4,9 @@
 //! The rules under test are the contract's (CONTRACT.md, "How main_server
 //! reads the answer"): `normalise` is total, an envelope's `is_error` is read
 //! by Python truthiness, bytes that are not JSON are text output, and a valid
-//! envelope comes back as it went in, down to its bytes. The fast paths
-//! of the hot path (`success_wire`, the fast `parse_request`) are checked
-//! against the reference readings they shortcut.
+//! envelope comes back as it went in, down to its bytes.
 
-use neko_sidecar::callback::envelope::{normalise, success_wire};
-use neko_sidecar::callback::validate::{parse_request, parse_request_slow};
+use neko_sidecar::callback::envelope::normalise;
 use neko_sidecar::contract::{model_reads, model_text, read_answer, truthy};
 use proptest::prelude::*;
 use serde_json::{Map, Value as Json, json};
@@ -71,7 +68,12 @@ fn m_check(n: &neko_sidecar::callback::envelope::Envelope) -> Result<(), TestCas
             model_reads(&read.output, &reason)
                 // No reason given, and the handler's own output explains
                 // the failure: it reaches the model as it is.
-                || (reason.contains("see the output") && truthy(&n.output) && text.contains(model_text(&n.output).trim_end_matches('}'))),
+                || (reason.contains("see the output") && truthy(&n.output) && match &n.output {
+                    // A string is read with JSON's escapes once main_server
+                    // wraps it (beside image warnings, say).
+                    Json::String(s) => model_reads(&read.output, s),
+                    other => text.contains(model_text(other).trim_end_matches('}')),
+                }),
             "{} does not hold {}",
             text,
             reason
@@ -195,65 +197,5 @@ proptest! {
         }
         let n = normalise(Json::Object(m).to_string().as_bytes());
         prop_assert_eq!(n.output.to_string(), Json::Object(rest).to_string());
-    }
-
-    #[test]
-    fn success_wire_answers_what_normalise_answers(value in arb_json(), spaced in any::<bool>()) {
-        let body = if spaced {
-            serde_json::to_string_pretty(&value).unwrap()
-        } else {
-            value.to_string()
-        };
-        if let Some(wire) = success_wire(body.as_bytes()) {
-            let sent: Json = serde_json::from_slice(&wire).expect("the wire is JSON");
-            prop_assert_eq!(sent, normalise(body.as_bytes()).to_json());
-        }
-    }
-
-    #[test]
-    fn success_wire_takes_plain_success_envelopes(output in arb_json(), flag in prop::option::of(Just(false)), error in prop::option::of(arb_json())) {
-        let mut m = Map::new();
-        m.insert("output".into(), output);
-        if let Some(f) = flag {
-            m.insert("is_error".into(), Json::Bool(f));
-        }
-        if let Some(e) = error {
-            m.insert("error".into(), e);
-        }
-        let body = Json::Object(m).to_string();
-        let wire = success_wire(body.as_bytes());
-        prop_assert!(wire.is_some(), "{}", body);
-        let sent: Json = serde_json::from_slice(&wire.unwrap()).unwrap();
-        prop_assert_eq!(sent, normalise(body.as_bytes()).to_json());
-    }
-
-    #[test]
-    fn success_wire_on_any_bytes_is_json_or_declines(body in prop::collection::vec(any::<u8>(), 0..200)) {
-        if let Some(wire) = success_wire(&body) {
-            let sent: Json = serde_json::from_slice(&wire).expect("the wire is JSON");
-            prop_assert_eq!(sent, normalise(&body).to_json());
-        }
-    }
-
-    #[test]
-    fn the_fast_reading_of_a_call_is_the_reference_reading(
-        entries in prop::collection::vec((
-            prop::sample::select(vec!["name", "arguments", "call_id", "raw_arguments", "x", "na\\u006de"]),
-            prop_oneof![
-                3 => prop::sample::select(vec!["\"w\"", "\"v\"", "null", "\"id-1\"", "{\"city\":\"Tokyo\"}", "{\"_raw\":\"{oops\"}"]).prop_map(str::to_string),
-                1 => arb_json().prop_map(|v| v.to_string()),
-            ],
-        ), 0..6),
-    ) {
-        let body = format!(
-            "{{{}}}",
-            entries.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect::<Vec<_>>().join(",")
-        );
-        prop_assert_eq!(parse_request(body.as_bytes(), "w"), parse_request_slow(body.as_bytes(), "w"), "{}", body);
-    }
-
-    #[test]
-    fn the_fast_reading_of_any_bytes_is_the_reference_reading(body in prop::collection::vec(any::<u8>(), 0..120)) {
-        prop_assert_eq!(parse_request(&body, "w"), parse_request_slow(&body, "w"));
     }
 }

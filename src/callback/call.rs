@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use tokio::time::Instant;
 
-use super::envelope::{Envelope, Reply, normalise, success_wire};
+use super::envelope::{Envelope, normalise};
 use super::handler::{self, HandlerContext, Invocation};
 use super::limits::{call_budget, seconds};
 use super::routes::Route;
@@ -25,7 +25,7 @@ pub async fn answer(
     body: Bytes,
     arrived: Instant,
     draining: bool,
-) -> Reply {
+) -> Envelope {
     let record = route.stats.begin_at(arrived);
     let spec = &route.spec;
     let (reply, outcome, call_id) = run(ctx, &route, body, arrived, draining).await;
@@ -44,7 +44,7 @@ pub async fn answer(
             call_id,
             elapsed_ms = arrived.elapsed().as_millis(),
             outcome = outcome.label(),
-            error = reply.error().unwrap_or(""),
+            error = reply.error.as_deref().unwrap_or(""),
             "call failed"
         );
     }
@@ -58,16 +58,16 @@ async fn run(
     body: Bytes,
     arrived: Instant,
     draining: bool,
-) -> (Reply, Outcome, String) {
+) -> (Envelope, Outcome, String) {
     let spec = &route.spec;
     let request = match parse_request(&body, &spec.name) {
         Ok(r) => r,
-        Err(e) => return (Reply::Envelope(*e), Outcome::BadBody, String::new()),
+        Err(e) => return (*e, Outcome::BadBody, String::new()),
     };
     let call_id = request.call_id.clone();
     let fail = |o: Outcome, msg: String| {
         let e = Envelope::failure(o.code(), msg);
-        (Reply::Envelope(e), o, call_id.clone())
+        (e, o, call_id.clone())
     };
     if draining {
         return fail(
@@ -77,7 +77,7 @@ async fn run(
     }
     if spec.validate_arguments {
         if let Err(e) = check_arguments(spec, &request.arguments) {
-            return (Reply::Envelope(*e), Outcome::InvalidArguments, call_id);
+            return (*e, Outcome::InvalidArguments, call_id);
         }
     }
     let budget = call_budget(spec.timeout());
@@ -112,16 +112,13 @@ async fn run(
     };
     match handler::run(ctx, invocation).await {
         Ok(bytes) => {
-            if let Some(wire) = success_wire(&bytes) {
-                return (Reply::Wire(wire), Outcome::Ok, call_id);
-            }
             let envelope = normalise(&bytes);
             let outcome = if envelope.is_error {
                 Outcome::ToolError
             } else {
                 Outcome::Ok
             };
-            (Reply::Envelope(envelope), outcome, call_id)
+            (envelope, outcome, call_id)
         }
         Err(e) => fail(e.outcome(), e.to_string()),
     }

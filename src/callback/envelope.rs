@@ -76,30 +76,9 @@ impl Envelope {
     }
 
     /// The response body.
-    /// The envelope as the bytes of the HTTP answer: `to_json`, written
-    /// without building (and copying `output` into) a `Value` first.
     pub fn to_vec(&self) -> Vec<u8> {
-        struct Wire<'a>(&'a Envelope);
-        impl serde::Serialize for Wire<'_> {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                use serde::ser::SerializeMap;
-                let e = self.0;
-                let error = e.error.as_ref().filter(|_| e.is_error);
-                let n = 2 + usize::from(error.is_some()) + usize::from(e.images.is_some());
-                let mut m = s.serialize_map(Some(n))?;
-                m.serialize_entry("output", &e.output)?;
-                m.serialize_entry("is_error", &e.is_error)?;
-                if let Some(error) = error {
-                    m.serialize_entry("error", error)?;
-                }
-                if let Some(images) = &e.images {
-                    m.serialize_entry("images", images)?;
-                }
-                m.end()
-            }
-        }
-        // Serialising a `Value` (string keys) into memory cannot fail.
-        serde_json::to_vec(&Wire(self)).unwrap_or_default()
+        // Serialising a `Value` into memory cannot fail.
+        serde_json::to_vec(&self.to_json()).unwrap_or_default()
     }
 
     pub fn to_json(&self) -> Json {
@@ -113,107 +92,6 @@ impl Envelope {
             m.insert("images".into(), images.clone());
         }
         Json::Object(m)
-    }
-}
-
-/// What a call answers: an envelope, or the bytes of one already written.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Reply {
-    Envelope(Envelope),
-    /// The bytes `Envelope::to_vec` would give for an equal envelope
-    /// (`success_wire`).
-    Wire(Vec<u8>),
-}
-
-impl Reply {
-    pub fn into_bytes(self) -> Vec<u8> {
-        match self {
-            Reply::Envelope(e) => e.to_vec(),
-            Reply::Wire(w) => w,
-        }
-    }
-
-    /// The message of a failure, for logs.
-    pub fn error(&self) -> Option<&str> {
-        match self {
-            Reply::Envelope(e) => e.error.as_deref(),
-            Reply::Wire(_) => None,
-        }
-    }
-}
-
-/// The answer to send for a handler answer that is a plain success
-/// envelope (`output`, `is_error` false or absent, maybe an `error` that a
-/// success drops, nothing else): `output` is copied through as the handler
-/// wrote it, without being parsed into a tree and written out again. This
-/// is the common answer of every http and exec handler, on every call's
-/// path. `None` for any other answer, which `normalise` handles; for every
-/// answer it takes, the result is the JSON `normalise` gives.
-pub fn success_wire(body: &[u8]) -> Option<Vec<u8>> {
-    // UTF-8 checked once for the whole answer, not string by string.
-    let top: TopLevel<'_> = serde_json::from_str(std::str::from_utf8(body).ok()?).ok()?;
-    let mut output = None;
-    for (k, v) in &top.0 {
-        match k.as_ref() {
-            "output" if output.is_none() => output = Some(*v),
-            "is_error" if v.get() == "false" => {}
-            "error" => {}
-            _ => return None,
-        }
-    }
-    let output = output?.get();
-    let mut wire = Vec::with_capacity(output.len() + 32);
-    wire.extend_from_slice(b"{\"output\":");
-    wire.extend_from_slice(output.as_bytes());
-    wire.extend_from_slice(b",\"is_error\":false}");
-    Some(wire)
-}
-
-/// The top level of a JSON object as its entries in order, each value
-/// left as raw text: reading only what a decision needs, instead of a tree
-/// of the whole document. Keys are decoded (escapes resolved).
-#[derive(Debug)]
-pub struct TopLevel<'a>(pub Vec<(std::borrow::Cow<'a, str>, &'a serde_json::value::RawValue)>);
-
-impl<'de> serde::Deserialize<'de> for TopLevel<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Key<'a>(std::borrow::Cow<'a, str>);
-        impl<'de> serde::Deserialize<'de> for Key<'de> {
-            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                struct V;
-                impl<'de> serde::de::Visitor<'de> for V {
-                    type Value = Key<'de>;
-                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                        f.write_str("a string")
-                    }
-                    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Key<'de>, E> {
-                        Ok(Key(std::borrow::Cow::Borrowed(s)))
-                    }
-                    fn visit_str<E>(self, s: &str) -> Result<Key<'de>, E> {
-                        Ok(Key(std::borrow::Cow::Owned(s.to_string())))
-                    }
-                }
-                d.deserialize_str(V)
-            }
-        }
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = TopLevel<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut m: A,
-            ) -> Result<Self::Value, A::Error> {
-                let mut entries = Vec::with_capacity(m.size_hint().unwrap_or(4));
-                while let Some((Key(k), v)) = m.next_entry()? {
-                    entries.push((k, v));
-                }
-                Ok(TopLevel(entries))
-            }
-        }
-        d.deserialize_map(V)
     }
 }
 
@@ -496,65 +374,6 @@ mod tests {
             let e = normalise(body.to_string().as_bytes());
             assert_eq!(e.output, output);
             assert_eq!(e.error, None);
-        }
-    }
-
-    #[test]
-    fn a_plain_success_envelope_is_copied_through() {
-        for body in [
-            r#"{"output":{"b":1,"a":[1,"x"]},"is_error":false}"#,
-            r#"{ "output" : "text" }"#,
-            r#"{"is_error":false,"output":null,"error":"dropped on success"}"#,
-            "{\"output\":\"caf\u{e9} \\u6771\"}",
-        ] {
-            let wire = success_wire(body.as_bytes()).expect(body);
-            let read: Json = serde_json::from_slice(&wire).unwrap();
-            assert_eq!(read, normalise(body.as_bytes()).to_json(), "{body}");
-        }
-        // Output is not re-formatted: the handler's text goes through.
-        assert_eq!(
-            success_wire(br#"{"output":{"z":1.50,"a":2}}"#).unwrap(),
-            br#"{"output":{"z":1.50,"a":2},"is_error":false}"#
-        );
-    }
-
-    #[test]
-    fn every_other_answer_is_left_to_normalise() {
-        for body in [
-            r#"{"output":1,"is_error":true}"#,
-            r#"{"output":1,"is_error":0}"#,
-            r#"{"output":1,"images":[]}"#,
-            r#"{"output":1,"extra":2}"#,
-            r#"{"output":1,"output":2}"#,
-            r#"{"is_error":false}"#,
-            r#"{"a":1}"#,
-            "[1]",
-            "plain text",
-            "",
-            "{\"output\":\"caf\u{e9}\"",
-        ] {
-            assert_eq!(success_wire(body.as_bytes()), None, "{body}");
-        }
-        assert_eq!(success_wire(b"{\"output\":\"caf\xe9\"}"), None);
-    }
-
-    #[test]
-    fn the_wire_bytes_are_the_json_form_written_out() {
-        let mut with_images = Envelope::ok(json!({"b": 1, "a": [1, "x"]}));
-        with_images.images = Some(json!([{"url": "data:image/png;base64,AA=="}]));
-        let mut error_without_flag = Envelope::ok(json!(null));
-        error_without_flag.error = Some("not shown".into());
-        for e in [
-            Envelope::ok(json!("text")),
-            Envelope::failure("CODE", "what went wrong"),
-            with_images,
-            error_without_flag,
-        ] {
-            assert_eq!(
-                String::from_utf8(e.to_vec()).unwrap(),
-                e.to_json().to_string(),
-                "{e:?}"
-            );
         }
     }
 

@@ -13,9 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::exec_handler;
-use std::sync::Arc;
-
-use super::http_handler::{self, Endpoint, Upstreams};
+use super::http_handler::{self, Endpoint};
 use super::limits::seconds;
 use super::stats::Outcome;
 use crate::manifest::{Handler, ToolSpec};
@@ -82,8 +80,6 @@ impl HandlerError {
 /// What every call needs besides the call itself.
 #[derive(Debug)]
 pub struct HandlerContext {
-    /// This worker thread's pooled connections to http handlers.
-    pub upstreams: Arc<Upstreams>,
     pub max_output_bytes: usize,
     pub kill_grace: Duration,
     /// Cancelled when a drain passes its deadline: running handlers are
@@ -120,8 +116,7 @@ pub async fn run(ctx: &HandlerContext, call: Invocation<'_>) -> Result<Vec<u8>, 
                             .into(),
                 });
             };
-            let work =
-                http_handler::call(&ctx.upstreams, endpoint, call.body, ctx.max_output_bytes);
+            let work = http_handler::call(endpoint, call.body, ctx.max_output_bytes);
             tokio::select! {
                 // The call first: polling the deadline and the stop first
                 // would arm a timer and a waiter for a call that may already

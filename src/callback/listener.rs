@@ -1,5 +1,5 @@
 //! Binding the callback listener with an accept queue deep enough for a
-//! burst of calls.
+//! burst of calls, and the descriptors its connections need.
 //!
 //! main_server opens one connection per call, so a burst of calls is a
 //! burst of connection attempts. tokio's `TcpListener::bind` listens with a
@@ -15,6 +15,40 @@ use tokio::net::{TcpListener, TcpSocket};
 /// The accept queue asked for; the kernel caps it at
 /// `net.core.somaxconn` (4096 by default since Linux 5.4).
 pub const BACKLOG: u32 = 4096;
+
+/// The connection bound to use for `configured`: the process's soft limit
+/// on open files is first raised to its hard limit (as Go's runtime and
+/// most servers do; systemd starts services with a soft limit of 1024),
+/// then at most half of it goes to callback connections, so that a full
+/// server still has descriptors for the calls' handler connections and
+/// pipes. Without this, `accept` would fail at the descriptor limit before
+/// the bound was ever reached, and idle connections could lock main_server
+/// out after all.
+pub fn connection_bound(configured: usize) -> usize {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        let raised = rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        let _ = setrlimit(Resource::Nofile, raised);
+        limit = getrlimit(Resource::Nofile);
+    }
+    let files = limit.current.unwrap_or(u64::MAX);
+    let bound = configured
+        .min(usize::try_from(files / 2).unwrap_or(usize::MAX))
+        .max(1);
+    if bound < configured {
+        tracing::warn!(
+            configured,
+            open_files_limit = files,
+            bound,
+            "[callback] max_connections is above half the open-files limit; holding fewer connections (raise LimitNOFILE)"
+        );
+    }
+    bound
+}
 
 /// Binds `addr` (with `SO_REUSEADDR`, as `TcpListener::bind` does) and
 /// listens with [`BACKLOG`].

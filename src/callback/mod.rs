@@ -13,6 +13,7 @@
 //! What a request gets:
 //! - a peer that is not loopback: 403, body unread;
 //! - a body over `max_body_bytes`: 413 (with an error envelope as body);
+//! - a body that does not arrive within `read_timeout`: 408 (likewise);
 //! - any other path: 404 (with an error envelope as body);
 //! - everything else: HTTP 200 with an envelope (see `envelope`), never a
 //!   5xx for a tool-level failure, so the model reads a tool failure and
@@ -43,20 +44,12 @@
 //! unreaped; an http call runs in its connection's task (one task less per
 //! call) and is dropped with it, closing its handler connection.
 //!
-//! Threads: the server runs on worker threads of its own (one per CPU, at
-//! most [`MAX_WORKERS`]), each a single-threaded tokio runtime with its own
-//! pool of handler connections, all accepting from the one listener. A call
-//! is then read, handled and answered on one thread, as nginx's workers do:
-//! on the daemon's shared work-stealing runtime, every call crossed threads
-//! several times (the server connection, the call task and the handler
-//! connection each woke another worker), which cost more CPU than the call's
-//! own work (BENCHMARKS.md, benchmark 1). It also keeps a flood of calls
-//! from delaying the registration engine, and the reverse.
+//! Transport: hyper's HTTP/1.1 on the daemon's runtime, with read and idle
+//! timeouts and a bound on open connections (see `server`).
 
 mod call;
 pub mod envelope;
 mod exec_handler;
-pub mod h1;
 mod handler;
 mod http_handler;
 pub mod limits;
@@ -67,7 +60,6 @@ pub mod stats;
 pub mod validate;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -82,8 +74,9 @@ use crate::config::{CallbackConfig, HandlersConfig};
 use crate::desired::DesiredState;
 use envelope::Envelope;
 use handler::HandlerContext;
+use http_handler::HttpClients;
 use routes::RouteTable;
-use server::{Answer, BodyError, answer};
+use server::{Answer, BodyError, ConnectionLimits, Connections, answer};
 use stats::{Rejections, ToolStatsSnapshot};
 
 pub use stats::{Outcome, RejectionCounts};
@@ -91,18 +84,6 @@ pub use stats::{Outcome, RejectionCounts};
 /// How long a forced stop (a drain past its deadline) may take for the
 /// stopped calls to answer and their processes to be reaped.
 pub const FORCED_STOP_GRACE: Duration = Duration::from_millis(500);
-
-/// The most worker threads the server runs, whatever the CPU count: calls
-/// mostly wait for handlers, and a few threads saturate loopback.
-pub const MAX_WORKERS: usize = 4;
-
-/// How many worker threads to run by default: one per CPU the process may
-/// use.
-fn worker_count() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, MAX_WORKERS)
-}
 
 /// The limits the callback server runs with (from `[callback]` and
 /// `[handlers]` of the agent config).
@@ -114,8 +95,12 @@ pub struct CallbackSettings {
     pub max_output_bytes: usize,
     /// Between SIGTERM and SIGKILL for an exec handler past its deadline.
     pub kill_grace: Duration,
-    /// Worker threads; 0 means one per CPU (at most [`MAX_WORKERS`]).
-    pub workers: usize,
+    /// For a request head from its first byte, and a body from its head.
+    pub read_timeout: Duration,
+    /// A connection without a request is closed after this.
+    pub idle_timeout: Duration,
+    /// Connections held at once (see `server` for what happens at the bound).
+    pub max_connections: usize,
 }
 
 impl CallbackSettings {
@@ -124,7 +109,9 @@ impl CallbackSettings {
             max_body_bytes: callback.max_body_bytes,
             max_output_bytes: handlers.max_output_bytes,
             kill_grace: handlers.kill_grace,
-            workers: callback.workers,
+            read_timeout: callback.read_timeout,
+            idle_timeout: callback.idle_timeout,
+            max_connections: callback.max_connections,
         }
     }
 }
@@ -136,8 +123,6 @@ pub enum CallbackError {
     LocalAddr(#[source] std::io::Error),
     #[error("cannot make the callback token (no system randomness): {0}")]
     Randomness(getrandom::Error),
-    #[error("cannot start the callback server's worker threads: {0}")]
-    Workers(#[source] std::io::Error),
 }
 
 /// Statistics of the callback server at one moment.
@@ -165,18 +150,19 @@ struct Shared {
     token: String,
     /// Swapped whole on a reload; a call clones the `Arc` it needs.
     routes: RwLock<Arc<RouteTable>>,
+    /// The http handlers' pooled clients, kept across reloads.
+    clients: HttpClients,
     rejections: Rejections,
-    /// Cancelled when a drain passes its deadline (see `HandlerContext`).
-    hard_stop: CancellationToken,
-    /// Every running call, on whichever worker (see `HandlerContext`).
-    tasks: TaskTracker,
+    /// What every call needs: limits, the hard stop, the call tasks.
+    handlers: Arc<HandlerContext>,
     /// Cancelled to stop accepting (a child of the daemon's shutdown token).
     stop_accepting: CancellationToken,
     /// For the 413 message.
     max_body_bytes: usize,
-    /// Open connections per worker thread, to spread long-lived
-    /// connections evenly (see `server`).
-    open_connections: Vec<AtomicUsize>,
+    /// The open connections and their bound.
+    connections: Connections,
+    /// The accept loop, every connection, and connections lingering.
+    connection_tasks: TaskTracker,
 }
 
 impl Shared {
@@ -202,82 +188,37 @@ impl CallbackServer {
     ) -> Result<CallbackHandle, CallbackError> {
         let addr = listener.local_addr().map_err(CallbackError::LocalAddr)?;
         let token = new_token()?;
-        let workers = match settings.workers {
-            0 => worker_count(),
-            n => n.min(MAX_WORKERS),
-        };
+        let max_connections = listener::connection_bound(settings.max_connections);
         let shared = Arc::new(Shared {
             token,
             routes: RwLock::new(Arc::new(RouteTable::default())),
+            clients: HttpClients::default(),
             rejections: Rejections::default(),
-            hard_stop: CancellationToken::new(),
-            tasks: TaskTracker::new(),
+            handlers: Arc::new(HandlerContext {
+                max_output_bytes: settings.max_output_bytes,
+                kill_grace: settings.kill_grace,
+                hard_stop: CancellationToken::new(),
+                tasks: TaskTracker::new(),
+            }),
             stop_accepting: shutdown.child_token(),
-            open_connections: (0..workers).map(|_| AtomicUsize::new(0)).collect(),
             max_body_bytes: settings.max_body_bytes,
+            connections: Connections::new(ConnectionLimits {
+                read_timeout: settings.read_timeout,
+                idle_timeout: settings.idle_timeout,
+                max_connections,
+            }),
+            connection_tasks: TaskTracker::new(),
         });
-        // Everything that can fail is made here, so a failure is the
-        // caller's error and not a thread's.
-        let listener = listener.into_std().map_err(CallbackError::Workers)?;
-        let mut threads = Vec::new();
-        for index in 0..workers {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(CallbackError::Workers)?;
-            let worker = Worker {
-                index,
-                shared: shared.clone(),
-                handlers: Arc::new(HandlerContext {
-                    upstreams: Arc::default(),
-                    max_output_bytes: settings.max_output_bytes,
-                    kill_grace: settings.kill_grace,
-                    // A child per worker: every call waits on it, and a
-                    // token's waiters sit behind one lock, which workers
-                    // sharing the token would pass between their CPUs on
-                    // every call. Cancelling the parent cancels them all.
-                    hard_stop: shared.hard_stop.child_token(),
-                    tasks: shared.tasks.clone(),
-                }),
-            };
-            let listener = listener.try_clone().map_err(CallbackError::Workers)?;
-            threads.push((runtime, worker, listener));
-        }
-        drop(listener);
-        let server = TaskTracker::new();
-        for (runtime, worker, listener) in threads {
-            let running = server.token();
-            let stop = shared.stop_accepting.clone();
-            std::thread::Builder::new()
-                .name(format!("neko-callback-{}", worker.index))
-                .spawn(move || {
-                    server::serve_on(runtime, listener, worker, stop);
-                    drop(running);
-                })
-                .map_err(|e| {
-                    // The workers already started stop with the rest.
-                    shared.stop_accepting.cancel();
-                    CallbackError::Workers(e)
-                })?;
-        }
-        server.close();
-        tracing::info!(%addr, "callback server listening");
+        shared
+            .connection_tasks
+            .spawn(server::accept_loop(shared.clone(), listener));
+        tracing::info!(%addr, max_connections, "callback server listening");
         Ok(CallbackHandle {
             base_url: format!("http://{addr}"),
             shared: shared.clone(),
-            server,
             _stop_when_dropped: Arc::new(shared.stop_accepting.clone().drop_guard()),
         })
     }
-}
-
-/// One worker thread's view: the shared state and its own handler clients.
-#[derive(Debug, Clone)]
-pub(crate) struct Worker {
-    /// This worker's place in `Shared::open_connections`.
-    index: usize,
-    shared: Arc<Shared>,
-    handlers: Arc<HandlerContext>,
 }
 
 /// The running server, as the daemon sees it. Cheap to clone.
@@ -285,11 +226,8 @@ pub(crate) struct Worker {
 pub struct CallbackHandle {
     base_url: String,
     shared: Arc<Shared>,
-    /// One token per worker thread, dropped when the thread ends.
-    server: TaskTracker,
-    /// When the last handle goes, the workers stop accepting (and end once
-    /// their connections close), so a dropped server leaves no thread
-    /// behind.
+    /// When the last handle goes, the server stops accepting (and its
+    /// connections close), so a dropped server leaves nothing behind.
     _stop_when_dropped: Arc<tokio_util::sync::DropGuard>,
 }
 
@@ -299,14 +237,9 @@ impl CallbackHandle {
         &self.base_url
     }
 
-    /// How many callback connections each worker thread holds open now
-    /// (for tests and diagnostics: the spread `server::over_share` keeps).
-    pub fn connections_per_worker(&self) -> Vec<usize> {
-        self.shared
-            .open_connections
-            .iter()
-            .map(|n| n.load(Ordering::Relaxed))
-            .collect()
+    /// How many connections the server holds open now.
+    pub fn open_connections(&self) -> usize {
+        self.shared.connections.count()
     }
 
     /// The `callback_url` to register for `tool`. Tool names are
@@ -323,7 +256,7 @@ impl CallbackHandle {
             .routes
             .write()
             .unwrap_or_else(|e| e.into_inner());
-        let next = guard.rebuild(desired);
+        let next = guard.rebuild(desired, &self.shared.clients);
         *guard = Arc::new(next);
     }
 
@@ -343,21 +276,23 @@ impl CallbackHandle {
     pub async fn drain(&self, deadline: Instant) -> Drained {
         let s = &self.shared;
         s.stop_accepting.cancel();
-        s.tasks.close();
-        let drained = if tokio::time::timeout_at(deadline, s.tasks.wait())
+        let tasks = &s.handlers.tasks;
+        tasks.close();
+        let drained = if tokio::time::timeout_at(deadline, tasks.wait())
             .await
             .is_ok()
         {
             Drained::Clean
         } else {
             tracing::warn!("calls still running at the shutdown deadline; stopping them");
-            s.hard_stop.cancel();
-            let _ = tokio::time::timeout(FORCED_STOP_GRACE, s.tasks.wait()).await;
+            s.handlers.hard_stop.cancel();
+            let _ = tokio::time::timeout(FORCED_STOP_GRACE, tasks.wait()).await;
             Drained::Forced
         };
         // Open connections close as soon as their last answer is written.
         let server_deadline = deadline.max(Instant::now() + FORCED_STOP_GRACE);
-        if tokio::time::timeout_at(server_deadline, self.server.wait())
+        s.connection_tasks.close();
+        if tokio::time::timeout_at(server_deadline, s.connection_tasks.wait())
             .await
             .is_err()
         {
@@ -384,17 +319,14 @@ fn token_matches(expected: &str, given: &str) -> bool {
 }
 
 /// Answers a request at `/cb/{token}/{tool}` (the transport in `server`
-/// checked the peer, the method and the body's size).
+/// checked the peer and the method, and read the body).
 async fn on_call(
-    worker: &Worker,
+    shared: &Shared,
     token: &str,
     tool: &str,
     body: Result<Bytes, BodyError>,
 ) -> Answer {
     let arrived = Instant::now();
-    let Worker {
-        shared, handlers, ..
-    } = worker;
     let body = match body {
         Ok(b) => b,
         Err(BodyError::TooLarge) => {
@@ -407,6 +339,13 @@ async fn on_call(
                 ),
             );
             return answer(StatusCode::PAYLOAD_TOO_LARGE, &e);
+        }
+        Err(BodyError::Stalled) => {
+            let e = Envelope::failure(
+                Outcome::BadBody.code(),
+                "the call's body did not arrive in time (callback.read_timeout)",
+            );
+            return answer(StatusCode::REQUEST_TIMEOUT, &e);
         }
         Err(BodyError::Unreadable(why)) => {
             let e = Envelope::failure(
@@ -438,26 +377,31 @@ async fn on_call(
         return answer(StatusCode::OK, &e);
     };
     let draining = shared.stop_accepting.is_cancelled();
-    let handlers = handlers.clone();
+    let handlers = shared.handlers.clone();
     let is_exec = matches!(route.spec.handler, crate::manifest::Handler::Exec(_));
     let call = async move { call::answer(&handlers, route, body, arrived, draining).await };
     let done = if is_exec {
-        // An exec call runs in a task of its own (on this worker's thread):
+        // An exec call runs in a task of its own:
         // a caller that hangs up cannot cut it off halfway, so its process
         // is always stopped and reaped. A panic stays in that task.
-        shared.tasks.spawn(call).await.map_err(|e| e.to_string())
+        shared
+            .handlers
+            .tasks
+            .spawn(call)
+            .await
+            .map_err(|e| e.to_string())
     } else {
         // An http call runs right here, which saves a task per call on the
         // hot path. Should the caller hang up, the call is dropped: its
         // connection to the handler closes (as nginx's does) and it counts
         // as abandoned. It is tracked like a task, for the drain, and a
         // panic is caught, so it answers as a failed task would.
-        CatchUnwind(std::pin::pin!(shared.tasks.track_future(call)))
+        CatchUnwind(std::pin::pin!(shared.handlers.tasks.track_future(call)))
             .await
             .map_err(|_| "it panicked".to_string())
     };
     match done {
-        Ok(reply) => server::reply(reply),
+        Ok(reply) => answer(StatusCode::OK, &reply),
         Err(err) => {
             tracing::error!(tool, error = %err, "a call's task failed");
             let e = Envelope::failure(

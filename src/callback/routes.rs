@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::http_handler::Endpoint;
+use super::http_handler::{Endpoint, HttpClients};
 use super::limits::Slots;
 use super::stats::ToolStats;
 use crate::desired::DesiredState;
@@ -45,8 +45,9 @@ impl RouteTable {
 
     /// The table for `desired`, reusing what `self` holds for tools that
     /// stay. A tool whose `max_concurrency` changed gets fresh slots; calls
-    /// still holding old ones finish under the old limit.
-    pub fn rebuild(&self, desired: &DesiredState) -> RouteTable {
+    /// still holding old ones finish under the old limit. http handlers get
+    /// their client from `clients`, so connections outlive a reload.
+    pub fn rebuild(&self, desired: &DesiredState, clients: &HttpClients) -> RouteTable {
         let tools = desired
             .tools
             .iter()
@@ -58,7 +59,7 @@ impl RouteTable {
                 };
                 let stats = old.map_or_else(Default::default, |r| r.stats.clone());
                 let endpoint = match &tool.spec.handler {
-                    Handler::Http(h) => Some(Endpoint::new(h)),
+                    Handler::Http(h) => Some(Endpoint::new(h, clients)),
                     Handler::Exec(_) => None,
                 };
                 let route = Route {
@@ -98,13 +99,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_reload_keeps_slots_and_stats_of_unchanged_tools() {
-        let t1 = RouteTable::default().rebuild(&state("max_concurrency = 1", &["a", "b"]));
+        let clients = HttpClients::default();
+        let t1 =
+            RouteTable::default().rebuild(&state("max_concurrency = 1", &["a", "b"]), &clients);
         let a1 = t1.get("a").unwrap();
         let held = a1.slots.acquire(Instant::now()).await;
         assert!(held.is_some());
         a1.stats.begin().finish(super::super::stats::Outcome::Ok);
 
-        let t2 = t1.rebuild(&state("max_concurrency = 1", &["a"]));
+        let t2 = t1.rebuild(&state("max_concurrency = 1", &["a"]), &clients);
         let a2 = t2.get("a").unwrap();
         assert!(
             a2.slots.acquire(Instant::now()).await.is_none(),
@@ -113,7 +116,7 @@ mod tests {
         assert_eq!(a2.stats.snapshot().calls, 1);
         assert!(t2.get("b").is_none());
 
-        let t3 = t2.rebuild(&state("max_concurrency = 2", &["a"]));
+        let t3 = t2.rebuild(&state("max_concurrency = 2", &["a"]), &clients);
         let a3 = t3.get("a").unwrap();
         assert!(
             a3.slots.acquire(Instant::now()).await.is_some(),

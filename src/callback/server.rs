@@ -1,259 +1,367 @@
-//! The callback server's transport: the worker threads, their accept loops,
-//! HTTP/1.1 connections, and the routing of a request to `on_call` (or to
-//! a 400, 403, 404, 405, 413 or 431).
+//! The callback server's transport: the accept loop, the bound on open
+//! connections, each connection served by hyper's HTTP/1.1 under our
+//! timeouts, and the routing of a request to `on_call` (or to a 403, 404,
+//! 405, 408 or 413).
 //!
-//! Each worker thread runs a single-threaded tokio runtime and accepts from
-//! the shared listener, so a connection, its calls and their handler
-//! connections all stay on one thread (see the module doc of `callback`
-//! for why). The HTTP/1.1 is our own (framing in `h1`), not hyper's or
-//! axum's: one route, known at compile time, on the hot path of every call,
-//! where a general server's machinery cost more than the call's own work
-//! (BENCHMARKS.md, benchmark 1). What a request gets is decided in `mod.rs`.
+//! Timeouts, per connection (hyper's own header timeout is off: it also
+//! runs while a kept-alive connection waits for its next request, so it
+//! cannot tell a stalled head from an idle connection):
+//! - a request head must arrive within `read_timeout` of its first byte,
+//!   and a body within `read_timeout` of its head: a client that sends
+//!   part of a request and stops does not hold a connection for ever;
+//! - a connection with no request for `idle_timeout` is closed, as nginx
+//!   closes kept-alive connections (main_server's client drops its own
+//!   idle connections after 5 s, so it never meets this one);
+//! - a call itself runs under the tool's deadline (`call`), not these.
 //!
-//! A connection serves its requests in order (pipelined ones too) and is
-//! kept alive unless the client or a framing problem says otherwise. While
-//! a call runs, the connection is watched: a caller that hangs up drops the
-//! call (see `on_call`). When the server stops accepting, an idle connection
-//! (or one whose next request has not fully arrived) closes at once, and
-//! one in the middle of a call closes after its answer. A connection closed
-//! with a body left unread (413, 404 ...) lingers: see `linger`.
+//! At most `max_connections` connections are held. When one more arrives,
+//! the connection that has waited longest without a call running is
+//! closed to make room, so idle connections of another local process can
+//! never lock main_server out; only when every connection is running a
+//! call does the next one wait in the listen queue. Either way a warning
+//! is logged (at most once a minute).
 //!
-//! Whichever worker wakes first accepts a connection, which can leave one
-//! thread with most of a client's kept-alive connections (72 % of 64 in a
-//! benchmark) while the other idles. So a worker holding more than one
-//! connection above the least-loaded worker leaves new connections to the
-//! others for a moment; the least-loaded worker always accepts, so a
-//! connection never waits for long. main_server's one connection per call
-//! is spread by the same rule.
+//! A connection closed with a body left unread (413, 403, 404...) lingers:
+//! see `Watched::drop`.
 
-use std::cell::RefCell;
+use std::collections::HashMap;
+use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, SystemTime};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use http::StatusCode;
-use tokio::io::AsyncWriteExt;
+use axum::body::Bytes;
+use http::header::{ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::runtime::Runtime;
+use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use super::envelope::Envelope;
-use super::h1::{self, Framing, HeadError};
-use super::{Worker, limits};
+use super::{Shared, limits};
 
 /// After an accept error (out of descriptors, mostly), the pause before
 /// the next accept, so the loop does not spin while nothing can be done.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
-/// How long a worker with more than its share of connections leaves new
-/// ones to the others before looking again.
-const REBALANCE_PAUSE: Duration = Duration::from_millis(2);
+/// The least time between two warnings that the connection bound was hit.
+const BOUND_WARNING_EVERY: Duration = Duration::from_secs(60);
+/// How long, and how much, a closing connection reads and drops of what
+/// its client still sends (see `Watched::drop`).
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 4 * 1024 * 1024;
 
-/// Counts one open connection of a worker while it lives. It is made at
-/// the accept, not when the connection's task first runs: a worker accepts
-/// a whole backlog before its tasks run, and a count that lagged behind
-/// let one worker take all of a client's 64 connections (`over_share`
-/// never saw them).
-struct Open(Worker);
-
-impl Open {
-    fn new(worker: &Worker) -> Self {
-        worker.shared.open_connections[worker.index].fetch_add(1, Ordering::Relaxed);
-        Self(worker.clone())
-    }
+/// The transport's limits (from `[callback]`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConnectionLimits {
+    /// For a request head from its first byte, and for a body from its head.
+    pub read_timeout: Duration,
+    /// For a connection without a request.
+    pub idle_timeout: Duration,
+    /// Connections held at once.
+    pub max_connections: usize,
 }
 
-impl Drop for Open {
-    fn drop(&mut self) {
-        let Worker { shared, index, .. } = &self.0;
-        shared.open_connections[*index].fetch_sub(1, Ordering::Relaxed);
-    }
-}
+/// An HTTP answer.
+pub type Answer = Response<Full<Bytes>>;
 
-/// Whether worker `me` holds more than one connection above the least
-/// loaded worker. The least loaded one never is, so someone always accepts.
-fn over_share(open: &[AtomicUsize], me: usize) -> bool {
-    let mine = open[me].load(Ordering::Relaxed);
-    let least = open
-        .iter()
-        .map(|n| n.load(Ordering::Relaxed))
-        .min()
-        .unwrap_or(0);
-    mine > least + 1
-}
-
-/// An HTTP answer: a status, and a body of `content_type`.
+/// One open connection, as its own watch and the accept loop see it.
 #[derive(Debug)]
-pub struct Answer {
-    status: StatusCode,
-    content_type: &'static str,
-    /// `Allow: POST`, for a 405.
-    allow_post: bool,
-    body: Vec<u8>,
+struct Conn {
+    /// A request is being answered (HTTP/1.1 answers one at a time).
+    busy: AtomicBool,
+    /// Bytes of a next request have arrived since the last answer.
+    head_started: AtomicBool,
+    /// When the connection last became idle, or its next head began, in
+    /// milliseconds since `Connections::epoch`.
+    since_ms: AtomicU64,
+    /// A body was left unread: linger when closing.
+    linger: AtomicBool,
+    /// Woken on every change above, so the watch reads its deadline again.
+    changed: Notify,
+    /// Cancelled to close the connection at once (to make room).
+    evict: CancellationToken,
 }
 
-/// A worker thread's life: serve connections from `listener` on `runtime`
-/// until `stop`, then let its open connections finish their calls.
-pub fn serve_on(
-    runtime: Runtime,
-    listener: std::net::TcpListener,
-    worker: Worker,
-    stop: CancellationToken,
-) {
-    runtime.block_on(async move {
-        let listener = match TcpListener::from_std(listener) {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::error!(error = %e, "a callback worker cannot use the listener");
-                return;
+impl Conn {
+    fn set_since(&self, epoch: Instant) {
+        let ms = epoch.elapsed().as_millis() as u64;
+        self.since_ms.store(ms, Ordering::Relaxed);
+        self.changed.notify_one();
+    }
+
+    /// When this connection is to be closed, if nothing happens before;
+    /// `None` while it answers a request.
+    fn deadline(&self, epoch: Instant, limits: &ConnectionLimits) -> Option<Instant> {
+        if self.busy.load(Ordering::Relaxed) {
+            return None;
+        }
+        let since = epoch + Duration::from_millis(self.since_ms.load(Ordering::Relaxed));
+        Some(if self.head_started.load(Ordering::Relaxed) {
+            since + limits.read_timeout
+        } else {
+            since + limits.idle_timeout
+        })
+    }
+}
+
+/// Marks a connection busy while a request is answered.
+struct Busy<'a>(&'a Conn, Instant);
+
+impl<'a> Busy<'a> {
+    fn new(conn: &'a Conn, epoch: Instant) -> Self {
+        conn.busy.store(true, Ordering::Relaxed);
+        conn.changed.notify_one();
+        Self(conn, epoch)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.busy.store(false, Ordering::Relaxed);
+        self.0.head_started.store(false, Ordering::Relaxed);
+        self.0.set_since(self.1);
+    }
+}
+
+/// The open connections, for the bound.
+#[derive(Debug)]
+pub(crate) struct Connections {
+    epoch: Instant,
+    limits: ConnectionLimits,
+    open: Mutex<HashMap<u64, Arc<Conn>>>,
+    next_id: AtomicU64,
+    /// Woken when a connection closes (for an accept loop at the bound).
+    closed: Notify,
+    /// When the bound was last warned about, in ms since `epoch` (+1, so 0
+    /// is "never").
+    warned_ms: AtomicU64,
+}
+
+impl Connections {
+    pub(crate) fn new(limits: ConnectionLimits) -> Self {
+        Self {
+            epoch: Instant::now(),
+            limits,
+            open: Mutex::default(),
+            next_id: AtomicU64::new(0),
+            closed: Notify::new(),
+            warned_ms: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn count(&self) -> usize {
+        self.open.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Makes room for one more connection: closes the longest idle one
+    /// when at the bound. `false` when every connection runs a call.
+    fn make_room(&self) -> bool {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if open.len() < self.limits.max_connections {
+            return true;
+        }
+        let idlest = open
+            .iter()
+            .filter(|(_, c)| !c.busy.load(Ordering::Relaxed))
+            .min_by_key(|(_, c)| c.since_ms.load(Ordering::Relaxed))
+            .map(|(id, _)| *id);
+        self.warn_bound(idlest.is_some());
+        match idlest.and_then(|id| open.remove(&id)) {
+            Some(c) => {
+                c.evict.cancel();
+                true
             }
-        };
-        let connections = TaskTracker::new();
-        loop {
-            if over_share(&worker.shared.open_connections, worker.index) {
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    () = tokio::time::sleep(REBALANCE_PAUSE) => continue,
+            None => false,
+        }
+    }
+
+    fn warn_bound(&self, evicting: bool) {
+        let now = self.epoch.elapsed().as_millis() as u64 + 1;
+        let last = self.warned_ms.load(Ordering::Relaxed);
+        let every = BOUND_WARNING_EVERY.as_millis() as u64;
+        if last != 0 && now < last + every {
+            return;
+        }
+        self.warned_ms.store(now, Ordering::Relaxed);
+        let max = self.limits.max_connections;
+        if evicting {
+            tracing::warn!(
+                max,
+                "the callback server holds its most connections ([callback] max_connections); closing the longest idle ones to make room (a local process may be holding connections open)"
+            );
+        } else {
+            tracing::warn!(
+                max,
+                "the callback server holds its most connections ([callback] max_connections), each running a call; new connections wait until one closes"
+            );
+        }
+    }
+
+    fn add(&self) -> (u64, Arc<Conn>) {
+        let conn = Arc::new(Conn {
+            busy: AtomicBool::new(false),
+            head_started: AtomicBool::new(false),
+            since_ms: AtomicU64::new(0),
+            linger: AtomicBool::new(false),
+            changed: Notify::new(),
+            evict: CancellationToken::new(),
+        });
+        conn.set_since(self.epoch);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.insert(id, conn.clone());
+        (id, conn)
+    }
+
+    fn remove(&self, id: u64) {
+        self.open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        self.closed.notify_one();
+    }
+}
+
+/// Accepts and serves connections until the server stops accepting.
+pub(crate) async fn accept_loop(shared: Arc<Shared>, listener: TcpListener) {
+    let stop = shared.stop_accepting.clone();
+    loop {
+        while !shared.connections.make_room() {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = shared.connections.closed.notified() => {}
+            }
+        }
+        let (stream, peer) = tokio::select! {
+            () = stop.cancelled() => return,
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot accept a callback connection");
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                    continue;
                 }
+            },
+        };
+        // Answers are written whole, at once: no Nagle delay.
+        let _ = stream.set_nodelay(true);
+        let (id, conn) = shared.connections.add();
+        let s = shared.clone();
+        shared.connection_tasks.spawn(async move {
+            serve_connection(&s, stream, peer, &conn).await;
+            s.connections.remove(id);
+        });
+    }
+}
+
+/// Serves one connection until it closes, times out, is closed to make
+/// room, or the server stops (after its running call, if any).
+async fn serve_connection(
+    shared: &Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    conn: &Arc<Conn>,
+) {
+    let connections = &shared.connections;
+    let epoch = connections.epoch;
+    let io = Watched {
+        io: Some(stream),
+        conn: conn.clone(),
+        epoch,
+        shared: shared.clone(),
+    };
+    let service = {
+        let (shared, conn) = (shared.clone(), conn.clone());
+        hyper::service::service_fn(move |req| {
+            let (shared, conn) = (shared.clone(), conn.clone());
+            async move {
+                let _busy = Busy::new(&conn, epoch);
+                Ok::<_, Infallible>(respond(&shared, &conn, peer, req).await)
             }
-            let (stream, peer) = tokio::select! {
-                () = stop.cancelled() => break,
-                r = listener.accept() => match r {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot accept a callback connection");
-                        tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
-                        continue;
-                    }
-                },
-            };
-            // Answers are written whole, at once: no Nagle delay.
-            let _ = stream.set_nodelay(true);
-            let open = Open::new(&worker);
-            let stop = stop.clone();
-            connections.spawn(async move {
-                if let Err(e) = serve_connection(&open.0, stream, peer, &stop).await {
+        })
+    };
+    let http = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(None)
+        // A head over 64 KiB gets 431: main_server's are a few hundred bytes.
+        .max_header_size(64 * 1024)
+        .serve_connection(TokioIo::new(io), service);
+    tokio::pin!(http);
+    let stop = shared.stop_accepting.clone();
+    let mut stopping = false;
+    loop {
+        let deadline = conn.deadline(epoch, &connections.limits);
+        tokio::select! {
+            r = http.as_mut() => {
+                if let Err(e) = r {
                     tracing::debug!(%peer, error = %e, "a callback connection ended with an error");
                 }
-            });
-        }
-        drop(listener);
-        connections.close();
-        connections.wait().await;
-    });
-}
-
-/// Serves one connection's requests until it closes, fails, or the server
-/// stops.
-async fn serve_connection(
-    worker: &Worker,
-    mut io: TcpStream,
-    peer: SocketAddr,
-    stop: &CancellationToken,
-) -> io::Result<()> {
-    let mut buf = BytesMut::with_capacity(h1::READ_CHUNK);
-    let mut out: Vec<u8> = Vec::new();
-    // Made once: a fresh wait per request would register with the token
-    // on every call.
-    let stopped = stop.cancelled();
-    tokio::pin!(stopped);
-    loop {
-        let head = loop {
-            match h1::parse_request(&buf) {
-                Ok(Some(head)) => break Ok(head),
-                Ok(None) => {}
-                Err(e) => break Err(e),
+                return;
             }
-            let n = tokio::select! {
-                biased;
-                r = h1::fill(&mut io, &mut buf) => r?,
-                // Nothing (or part of a head) has come: close.
-                () = &mut stopped => return Ok(()),
-            };
-            if n == 0 {
-                return Ok(()); // the client is done
-            }
-        };
-        let (answer, after) = match head {
-            Ok(head) => {
-                let bytes = buf.split_to(head.len).freeze();
-                match respond(worker, &mut io, &mut buf, peer, &bytes, &head).await? {
-                    (a, After::Next) if stop.is_cancelled() => (a, After::Close),
-                    r => r,
+            () = conn.changed.notified() => {}
+            () = sleep_until(deadline) => {
+                // Woken late (a change raced the timer): look again.
+                if conn.deadline(epoch, &connections.limits).is_some_and(|d| d <= Instant::now()) {
+                    let why = if conn.head_started.load(Ordering::Relaxed) { "its request stalled" } else { "it was idle" };
+                    tracing::debug!(%peer, why, "closing a callback connection");
+                    return;
                 }
             }
-            // What follows an unreadable head cannot be framed: drained.
-            Err(e) => {
-                let status = match e {
-                    HeadError::TooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                    HeadError::Malformed(_) => StatusCode::BAD_REQUEST,
-                };
-                (text(status, format!("{e}\n")), After::Drain)
-            }
-        };
-        write_answer(&mut io, &mut out, &answer, after != After::Next).await?;
-        match after {
-            After::Next => {}
-            After::Close => return Ok(()),
-            After::Drain => {
-                tokio::select! {
-                    () = linger(&mut io) => {}
-                    () = &mut stopped => {}
+            () = conn.evict.cancelled() => return,
+            () = stop.cancelled(), if !stopping => {
+                // Idle, or part of a head in: close now. Running a call:
+                // close after its answer.
+                if !conn.busy.load(Ordering::Relaxed) {
+                    return;
                 }
-                return Ok(());
+                http.as_mut().graceful_shutdown();
+                stopping = true;
             }
         }
     }
 }
 
-/// What becomes of a connection after an answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum After {
-    /// It carries the next request.
-    Next,
-    /// It closes (the client asked, or the framing leaves no choice).
-    Close,
-    /// It closes, and the client may still be sending what was not read
-    /// (a body refused or never read): see `linger`.
-    Drain,
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
 }
 
-/// The answer to one request, and what becomes of the connection after it.
-/// `Err` when the caller has gone.
-async fn respond(
-    worker: &Worker,
-    io: &mut TcpStream,
-    buf: &mut BytesMut,
-    peer: SocketAddr,
-    bytes: &Bytes,
-    head: &h1::RequestHead,
-) -> io::Result<(Answer, After)> {
-    let shared = &worker.shared;
-    let meta = head.meta;
-    // Whether the request's body (not read for these answers) is absent.
-    let bodiless = matches!(meta.framing, Framing::Empty | Framing::Length(0));
-    // What becomes of the connection when the request was read whole.
-    let read_whole = if meta.close {
-        After::Close
-    } else {
-        After::Next
+/// The answer to one request.
+async fn respond(shared: &Shared, conn: &Conn, peer: SocketAddr, req: Request<Incoming>) -> Answer {
+    let headers = req.headers();
+    let has_body = headers.contains_key(TRANSFER_ENCODING)
+        || headers.get(CONTENT_LENGTH).is_some_and(|v| v != "0");
+    // An answer sent before the body was read closes the connection, which
+    // lingers so the client can finish sending and read it.
+    let unread = |mut a: Answer| {
+        if has_body {
+            conn.linger.store(true, Ordering::Relaxed);
+            a.headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        a
     };
     if !limits::peer_allowed(peer) {
         shared.rejections.count_forbidden();
         tracing::warn!(%peer, "refused a callback from a non-loopback peer");
-        let a = text(
+        return unread(text(
             StatusCode::FORBIDDEN,
-            "only loopback peers may call the sidecar\n".into(),
-        );
-        return Ok((a, if bodiless { After::Close } else { After::Drain }));
+            "only loopback peers may call the sidecar\n",
+        ));
     }
-    let path = std::str::from_utf8(&bytes[head.path.clone()]).unwrap_or("");
-    // The path proper: without a query.
-    let path = path.split_once('?').map_or(path, |(p, _)| p);
-    let routed = call_path(path);
-    let Some((token, tool)) = routed.filter(|_| head.post) else {
+    let routed = call_path(req.uri().path());
+    let Some((token, tool)) = routed.filter(|_| req.method() == Method::POST) else {
         let e = Envelope::failure(
             "NO_SUCH_ROUTE",
             "the sidecar serves calls only at POST /cb/{token}/{tool}",
@@ -266,150 +374,69 @@ async fn respond(
             },
             &e,
         );
-        a.allow_post = routed.is_some();
-        return Ok((a, if bodiless { read_whole } else { After::Drain }));
+        if routed.is_some() {
+            a.headers_mut()
+                .insert(ALLOW, HeaderValue::from_static("POST"));
+        }
+        return unread(a);
     };
+    let (token, tool) = (token.to_owned(), tool.to_owned());
     let limit = shared.max_body_bytes;
-    let mut after = read_whole;
-    let body = if matches!(meta.framing, Framing::Length(n) if n > limit as u64) {
-        // Not read at all: the connection closes after the answer.
-        after = After::Drain;
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let body = if declared.is_some_and(|n| n > limit as u64) {
+        // Refused before it is read (and before a 100 Continue is sent).
         Err(BodyError::TooLarge)
     } else {
-        if meta.expect_continue && !bodiless {
-            io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
-        }
-        match h1::read_body(io, buf, meta.framing, limit).await {
-            Ok((b, false)) => Ok(b),
-            Ok((_, true)) => {
-                after = After::Drain;
-                Err(BodyError::TooLarge)
-            }
-            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
-                after = After::Drain;
-                Err(BodyError::Unreadable(e.to_string()))
-            }
-            Err(e) => return Err(e), // the caller has gone
-        }
+        read_body(
+            req.into_body(),
+            limit,
+            shared.connections.limits.read_timeout,
+        )
+        .await
     };
-    let a = tokio::select! {
-        biased;
-        a = super::on_call(worker, token, tool, body) => a,
-        e = hung_up(io, buf) => return Err(e),
-    };
-    Ok((a, after))
-}
-
-/// How long, and how much, a closing connection reads and drops of what
-/// its client still sends (see `linger`).
-const LINGER_TIME: Duration = Duration::from_secs(2);
-const LINGER_BYTES: usize = 4 * 1024 * 1024;
-
-/// Closes a connection whose client may still be sending what the server
-/// did not read (as nginx's lingering close does): the answer goes out with
-/// a FIN, then what arrives is read and dropped for a while. Closed at once,
-/// the kernel would answer the client's next bytes with a reset, which can
-/// destroy the answer before the client has read it.
-async fn linger(io: &mut TcpStream) {
-    use tokio::io::AsyncReadExt;
-    if io.shutdown().await.is_err() {
-        return;
+    let a = super::on_call(shared, &token, &tool, body).await;
+    if a.status() == StatusCode::OK {
+        a
+    } else {
+        unread(a)
     }
-    let deadline = tokio::time::Instant::now() + LINGER_TIME;
-    let mut scratch = vec![0u8; 16 * 1024];
-    let mut total = 0;
-    while total < LINGER_BYTES {
-        match tokio::time::timeout_at(deadline, io.read(&mut scratch)).await {
-            Ok(Ok(n)) if n > 0 => total += n,
-            _ => return,
-        }
-    }
-}
-
-/// Ends when the caller hangs up (or its connection fails) while its call
-/// runs. Bytes that arrive meanwhile (the next request, pipelined) are
-/// kept in `buf`, up to a head's worth.
-async fn hung_up(io: &TcpStream, buf: &mut BytesMut) -> io::Error {
-    loop {
-        if let Err(e) = io.readable().await {
-            return e;
-        }
-        if buf.len() > h1::MAX_HEAD_BYTES {
-            // Enough to go on with; look again after the answer.
-            return std::future::pending().await;
-        }
-        buf.reserve(h1::READ_CHUNK);
-        match io.try_read_buf(buf) {
-            Ok(0) => {
-                return io::Error::new(
-                    io::ErrorKind::ConnectionAborted,
-                    "the caller hung up before its answer",
-                );
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return e,
-        }
-    }
-}
-
-/// Writes `a`, head and body in one write.
-async fn write_answer(
-    io: &mut TcpStream,
-    out: &mut Vec<u8>,
-    a: &Answer,
-    close: bool,
-) -> io::Result<()> {
-    out.clear();
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(a.status.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(a.status.canonical_reason().unwrap_or("").as_bytes());
-    out.extend_from_slice(b"\r\ncontent-type: ");
-    out.extend_from_slice(a.content_type.as_bytes());
-    out.extend_from_slice(b"\r\ncontent-length: ");
-    h1::push_decimal(out, a.body.len());
-    if a.allow_post {
-        out.extend_from_slice(b"\r\nallow: POST");
-    }
-    if close {
-        out.extend_from_slice(b"\r\nconnection: close");
-    }
-    out.extend_from_slice(b"\r\ndate: ");
-    push_date(out);
-    out.extend_from_slice(b"\r\n\r\n");
-    out.extend_from_slice(&a.body);
-    let r = io.write_all(out).await;
-    // A buffer grown by a large answer is not kept with the connection.
-    if out.capacity() > 64 * 1024 {
-        *out = Vec::new();
-    }
-    r
-}
-
-thread_local! {
-    /// The `Date` value of the current second, made once per second.
-    static DATE: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
-}
-
-fn push_date(out: &mut Vec<u8>) {
-    let now = SystemTime::now();
-    let secs = now
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    DATE.with_borrow_mut(|(at, text)| {
-        if *at != secs {
-            *at = secs;
-            *text = httpdate::fmt_http_date(now);
-        }
-        out.extend_from_slice(text.as_bytes());
-    });
 }
 
 /// Why a call's body could not be had.
 pub enum BodyError {
+    /// Over `max_body_bytes`.
     TooLarge,
+    /// Not all of it came within `read_timeout`.
+    Stalled,
     Unreadable(String),
+}
+
+/// Reads a body of at most `limit` bytes within `timeout`. Past the limit
+/// it stops reading: the 413 goes out at once (and the connection lingers).
+async fn read_body(
+    mut body: Incoming,
+    limit: usize,
+    timeout: Duration,
+) -> Result<Bytes, BodyError> {
+    let read = async {
+        let mut out = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| BodyError::Unreadable(e.to_string()))?;
+            if let Ok(data) = frame.into_data() {
+                if out.len() + data.len() > limit {
+                    return Err(BodyError::TooLarge);
+                }
+                out.extend_from_slice(&data);
+            }
+        }
+        Ok(Bytes::from(out))
+    };
+    tokio::time::timeout(timeout, read)
+        .await
+        .unwrap_or(Err(BodyError::Stalled))
 }
 
 /// `/cb/{token}/{tool}` → (token, tool); both non-empty, nothing more.
@@ -422,31 +449,113 @@ fn call_path(path: &str) -> Option<(&str, &str)> {
     Some((token, tool))
 }
 
-/// A call's answer (always HTTP 200).
-pub fn reply(r: super::envelope::Reply) -> Answer {
-    json(StatusCode::OK, r.into_bytes())
-}
-
 /// An envelope as the HTTP answer.
 pub fn answer(status: StatusCode, e: &Envelope) -> Answer {
-    json(status, e.to_vec())
+    let mut a = Response::new(Full::new(Bytes::from(e.to_vec())));
+    *a.status_mut() = status;
+    a.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    a
 }
 
-fn json(status: StatusCode, body: Vec<u8>) -> Answer {
-    Answer {
-        status,
-        content_type: "application/json",
-        allow_post: false,
-        body,
+fn text(status: StatusCode, body: &'static str) -> Answer {
+    let mut a = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    *a.status_mut() = status;
+    a.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    a
+}
+
+/// A connection's socket, noting when a request starts to arrive (for the
+/// timeouts) and lingering when closed with a body unread.
+struct Watched {
+    /// `None` only once dropped.
+    io: Option<TcpStream>,
+    conn: Arc<Conn>,
+    epoch: Instant,
+    shared: Arc<Shared>,
+}
+
+impl Watched {
+    fn io(&mut self) -> Pin<&mut TcpStream> {
+        Pin::new(self.io.as_mut().expect("taken only on drop"))
     }
 }
 
-fn text(status: StatusCode, body: String) -> Answer {
-    Answer {
-        status,
-        content_type: "text/plain; charset=utf-8",
-        allow_post: false,
-        body: body.into_bytes(),
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = self.io().poll_read(cx, buf);
+        let c = &self.conn;
+        if buf.filled().len() > before
+            && !c.busy.load(Ordering::Relaxed)
+            && !c.head_started.swap(true, Ordering::Relaxed)
+        {
+            c.set_since(self.epoch);
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.io().poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.io().poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.io().poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.io().poll_shutdown(cx)
+    }
+}
+
+impl Drop for Watched {
+    /// Closed at once with a body unread, the kernel would answer the
+    /// client's next bytes with a reset, which can destroy the answer
+    /// before the client has read it. So, as nginx's lingering close does,
+    /// what still arrives is read and dropped for a while (the answer went
+    /// out with a FIN when hyper shut the connection down).
+    fn drop(&mut self) {
+        let Some(mut io) = self.io.take() else { return };
+        if !self.conn.linger.load(Ordering::Relaxed) {
+            return;
+        }
+        self.shared.connection_tasks.spawn(async move {
+            use tokio::io::AsyncReadExt;
+            let deadline = Instant::now() + LINGER_TIME;
+            let mut scratch = vec![0u8; 16 * 1024];
+            let mut total = 0;
+            while total < LINGER_BYTES {
+                match tokio::time::timeout_at(deadline, io.read(&mut scratch)).await {
+                    Ok(Ok(n)) if n > 0 => total += n,
+                    _ => return,
+                }
+            }
+        });
     }
 }
 
@@ -455,34 +564,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_worker_above_the_least_loaded_by_two_leaves_connections_to_others() {
-        let open = |ns: &[usize]| ns.iter().map(|&n| AtomicUsize::new(n)).collect::<Vec<_>>();
-        assert!(!over_share(&open(&[0, 0]), 0));
-        assert!(!over_share(&open(&[1, 0]), 0), "one ahead is fine");
-        assert!(over_share(&open(&[2, 0]), 0));
-        assert!(
-            !over_share(&open(&[2, 0]), 1),
-            "the least loaded always accepts"
-        );
-        assert!(!over_share(&open(&[5]), 0), "a lone worker always accepts");
-        let n = open(&[3, 3, 1]);
-        assert!(over_share(&n, 0) && over_share(&n, 1) && !over_share(&n, 2));
+    fn only_two_non_empty_segments_after_cb_make_a_call_path() {
+        assert_eq!(call_path("/cb/t/x"), Some(("t", "x")));
+        for bad in ["/cb/t/", "/cb//x", "/cb/t", "/cb/t/x/y", "/x/t/y", "/cb"] {
+            assert_eq!(call_path(bad), None, "{bad}");
+        }
     }
 
     #[test]
-    fn only_two_non_empty_segments_after_cb_make_a_call_path() {
-        assert_eq!(call_path("/cb/abc/greet"), Some(("abc", "greet")));
-        assert_eq!(call_path("/cb/abc/a.b-c_d"), Some(("abc", "a.b-c_d")));
-        for bad in [
-            "/cb/abc",
-            "/cb/abc/",
-            "/cb//greet",
-            "/cb/abc/greet/x",
-            "/cbx/abc/greet",
-            "/",
-            "",
-        ] {
-            assert_eq!(call_path(bad), None, "{bad}");
-        }
+    fn the_longest_idle_connection_makes_room_and_a_busy_one_never_does() {
+        let c = Connections::new(ConnectionLimits {
+            read_timeout: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(1),
+            max_connections: 2,
+        });
+        let (_, a) = c.add();
+        let (_, b) = c.add();
+        a.since_ms.store(5, Ordering::Relaxed);
+        b.since_ms.store(9, Ordering::Relaxed);
+        assert!(c.make_room());
+        assert!(a.evict.is_cancelled() && !b.evict.is_cancelled());
+        let (_, d) = c.add();
+        b.busy.store(true, Ordering::Relaxed);
+        d.busy.store(true, Ordering::Relaxed);
+        assert!(!c.make_room(), "every connection runs a call");
+        assert_eq!(c.count(), 2);
     }
 }

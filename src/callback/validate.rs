@@ -28,124 +28,9 @@ pub struct CallbackRequest {
 
 /// Reads a callback body: an object with a string `name` and `arguments`,
 /// plus optional string `call_id` and `raw_arguments`. `tool` is the name in
-/// the URL, which `name` must match.
+/// the URL, which `name` must match. Each failure says what is wrong.
 /// Failures come boxed: an envelope is large and this is the cold path.
-///
-/// A well-formed call is read without building a tree of the whole body
-/// (only `arguments` becomes a `Value`, for the schema check): it is on
-/// every call's path. Anything else takes the slow reading, which says
-/// precisely what is wrong.
 pub fn parse_request(body: &[u8], tool: &str) -> Result<CallbackRequest, Box<Envelope>> {
-    match parse_request_fast(body, tool) {
-        Some(r) => Ok(r),
-        None => parse_request_slow(body, tool),
-    }
-}
-
-/// The common case only: an object whose `name` is `tool`, with
-/// `arguments`, a string or null `call_id` and `raw_arguments`. `None` for
-/// anything else, including every failure. Keys are read as the slow path
-/// reads them (escapes decoded, the last of duplicates wins), and every
-/// value is read as strictly as there, so the two agree on every body.
-/// One pass over the body: each value is read straight into what it
-/// becomes (only `arguments` into a `Value`).
-fn parse_request_fast(body: &[u8], tool: &str) -> Option<CallbackRequest> {
-    // UTF-8 checked once for the whole body, not string by string.
-    let text = std::str::from_utf8(body).ok()?;
-    let fast: FastRequest = serde_json::from_str(text).ok()?;
-    let name = fast.name?;
-    if name != tool {
-        return None;
-    }
-    Some(CallbackRequest {
-        name,
-        arguments: fast.arguments?,
-        call_id: fast.call_id.unwrap_or_default(),
-    })
-}
-
-/// What `parse_request_fast` reads: the fields, each as the slow path
-/// would take it (`None` when absent; `call_id` null is `None`).
-struct FastRequest {
-    name: Option<String>,
-    arguments: Option<Json>,
-    call_id: Option<String>,
-}
-
-impl<'de> serde::Deserialize<'de> for FastRequest {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        use serde::de::{MapAccess, Visitor};
-
-        /// A key, decoded, sorted into the four the call reads and others.
-        #[derive(serde::Deserialize)]
-        #[serde(field_identifier, rename_all = "snake_case")]
-        enum Key {
-            Name,
-            Arguments,
-            CallId,
-            RawArguments,
-            #[serde(other)]
-            Other,
-        }
-
-        /// A JSON string or null, read (escapes and all) and dropped.
-        struct StringOrNull;
-        impl<'de> serde::Deserialize<'de> for StringOrNull {
-            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                struct V;
-                impl Visitor<'_> for V {
-                    type Value = StringOrNull;
-                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                        f.write_str("a string or null")
-                    }
-                    fn visit_str<E>(self, _: &str) -> Result<StringOrNull, E> {
-                        Ok(StringOrNull)
-                    }
-                    fn visit_unit<E>(self) -> Result<StringOrNull, E> {
-                        Ok(StringOrNull)
-                    }
-                }
-                d.deserialize_any(V)
-            }
-        }
-
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = FastRequest;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<FastRequest, A::Error> {
-                let mut r = FastRequest {
-                    name: None,
-                    arguments: None,
-                    call_id: None,
-                };
-                while let Some(key) = m.next_key::<Key>()? {
-                    match key {
-                        Key::Name => r.name = Some(m.next_value()?),
-                        Key::Arguments => r.arguments = Some(m.next_value()?),
-                        Key::CallId => r.call_id = m.next_value()?,
-                        Key::RawArguments => {
-                            m.next_value::<StringOrNull>()?;
-                        }
-                        // Read as the slow path reads it, so a value it
-                        // rejects (a number out of range) is rejected here
-                        // too. main_server sends no other key.
-                        Key::Other => {
-                            m.next_value::<Json>()?;
-                        }
-                    }
-                }
-                Ok(r)
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
-/// The reference reading, and the one that explains failures.
-pub fn parse_request_slow(body: &[u8], tool: &str) -> Result<CallbackRequest, Box<Envelope>> {
     let bad = |why: String| {
         Box::new(Envelope::failure(
             Outcome::BadBody.code(),
@@ -435,9 +320,6 @@ mod tests {
         let r = parse_request(body, "weather").unwrap();
         assert_eq!(r.call_id, "c1");
         assert_eq!(r.arguments, json!({"city": "x"}));
-        // The call as main_server sends it takes the fast reading.
-        assert_eq!(parse_request_fast(body, "weather"), Some(r));
-        assert_eq!(parse_request_fast(body, "other"), None);
     }
 
     #[test]

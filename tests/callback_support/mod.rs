@@ -19,7 +19,9 @@ pub fn settings() -> CallbackSettings {
         max_body_bytes: 64 * 1024,
         max_output_bytes: 64 * 1024,
         kill_grace: Duration::from_millis(500),
-        workers: 0,
+        read_timeout: Duration::from_secs(10),
+        idle_timeout: Duration::from_secs(60),
+        max_connections: 1024,
     }
 }
 
