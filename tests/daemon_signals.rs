@@ -153,6 +153,72 @@ async fn sigterm_with_main_server_hanging_exits_0_at_the_deadline() {
     );
 }
 
+/// The worst stop: main_server hanging, a handler hanging and its call in
+/// flight. The process has exited by `deadline` + 0.5 s, exit 0, and the
+/// handler's process is gone with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_main_server_and_a_handler_hanging_exits_by_the_deadline() {
+    let h = dev_server().await;
+    let ws = Workspace::new();
+    let started = ws.root.join("started");
+    ws.write_tool(
+        "hang.toml",
+        &format!(
+            "[[tool]]\nname = \"hang\"\ndescription = \"never answers\"\ntimeout_seconds = 60\nhandler = {{ type = \"exec\", command = [\"sh\", \"-c\", \"echo $$ > {}; exec sleep 300\"] }}\n",
+            started.display()
+        ),
+    );
+    let mut agent = ws.agent(&h.url());
+    agent.request_timeout = "10s".into();
+    agent.shutdown_deadline = "1s".into();
+    let mut sidecar = Sidecar::spawn(&ws.write_config(&agent));
+    assert!(
+        h.wait_for(WAIT, |h| {
+            let snap = h.registry_snapshot();
+            snap.roles
+                .iter()
+                .any(|r| our_names(&snap, &r.role) == ["hang"])
+        })
+        .await,
+        "hang was never registered"
+    );
+    let call = {
+        let h = h.clone();
+        tokio::spawn(async move {
+            h.invoke(serde_json::from_value(json!({"name": "hang", "arguments": {}})).unwrap())
+                .await
+        })
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    let pid = loop {
+        if let Some(pid) = std::fs::read_to_string(&started)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the handler never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    h.set_delay(Duration::from_secs(30));
+    let sent = Instant::now();
+    sidecar.signal(Signal::TERM);
+    let status = sidecar.exit_within(Duration::from_secs(5)).await;
+    let took = sent.elapsed();
+    assert_eq!(status.code(), Some(0), "{:#?}", sidecar.stderr());
+    assert!(
+        took <= Duration::from_millis(1500),
+        "exited {took:?} after SIGTERM, past the 1 s deadline + 0.5 s"
+    );
+    let gone =
+        rustix::process::test_kill_process(rustix::process::Pid::from_raw(pid).unwrap()).is_err();
+    assert!(gone, "the handler (pid {pid}) outlived the sidecar");
+    call.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_sigterm_during_a_slow_shutdown_exits_at_once_with_130() {
     let (_ws, h, mut sidecar) = registered(|a| {
