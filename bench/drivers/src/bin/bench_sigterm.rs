@@ -11,8 +11,6 @@
 //! Run: `bench_sigterm [--runs 10] [--tools 100]`. Prints `key=value`;
 //! timings from `Instant` (monotonic).
 
-mod bench_support;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 

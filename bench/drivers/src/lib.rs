@@ -1,12 +1,10 @@
-//! Shared by the `bench_*` examples: starting the real `neko-sidecar`
+//! Shared by the `bench_*` drivers: starting the real `neko-sidecar`
 //! binary (daemon and stand-in) as child processes on loopback, reading the
 //! stand-in's registry, and summarising samples.
 //!
 //! Every child is killed when its guard drops, so a failed run leaves no
 //! process behind. Timings are taken by the callers with `Instant` (a
 //! monotonic clock).
-
-#![allow(dead_code)]
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
@@ -17,18 +15,14 @@ use serde_json::Value;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// The `neko-sidecar` binary next to this example (target/release/examples
-/// → target/release), or `NEKO_SIDECAR_BIN`.
+/// The `neko-sidecar` binary next to this driver (both in target/release),
+/// or `NEKO_SIDECAR_BIN`.
 pub fn sidecar_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("NEKO_SIDECAR_BIN") {
         return PathBuf::from(p);
     }
     let exe = std::env::current_exe().unwrap_or_default();
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .unwrap_or(Path::new("."));
-    dir.join("neko-sidecar")
+    exe.parent().unwrap_or(Path::new(".")).join("neko-sidecar")
 }
 
 /// A free loopback port (bound, then released: a small race, fine here).
@@ -301,7 +295,7 @@ pub fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-/// Starts `bench_handler` (next to this example) with `--slow-ms`, and
+/// Starts `bench_handler` (next to this driver) with `--slow-ms`, and
 /// returns it with the address it printed.
 pub fn start_handler(slow_ms: u64) -> Result<(Proc, String), BoxError> {
     use std::io::BufRead;

@@ -6,8 +6,6 @@
 //! It prints `listening on ADDR` once bound, and exits by itself after
 //! `--max-seconds` so that a broken run never leaves it behind.
 
-mod bench_support;
-
 use std::time::Duration;
 
 use axum::Router;

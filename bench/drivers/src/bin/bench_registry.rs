@@ -9,10 +9,6 @@
 //! One keep-alive connection per server; only the GET is timed.
 //!
 //! Run: `bench_registry [--tools 1000] [--rounds 500]`; prints `key=value`.
-//! This replaces `examples/devserver_get_latency.rs` (in-process) with the
-//! binary main_server stand-in.
-
-mod bench_support;
 
 use std::time::{Duration, Instant};
 

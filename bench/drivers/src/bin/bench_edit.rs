@@ -11,8 +11,6 @@
 //! Run: `bench_edit [--edits 20] [--debounce-ms 200] [--tools 100] [--every-ms 5]`.
 //! Prints `key=value`; timings from `Instant` (monotonic).
 
-mod bench_support;
-
 use std::time::{Duration, Instant};
 
 use bench_support::*;

@@ -11,8 +11,6 @@
 //!
 //! Run: `bench_burst [--calls 1000] [--slow-ms 1000]`; prints `key=value`.
 
-mod bench_support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

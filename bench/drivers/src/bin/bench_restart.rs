@@ -13,8 +13,6 @@
 //! Run: `bench_restart [--tools 100] [--restarts 20] [--poll-ms 1000] [--every-ms 10]`.
 //! Prints `key=value`; timings from `Instant` (monotonic).
 
-mod bench_support;
-
 use std::time::{Duration, Instant};
 
 use bench_support::*;

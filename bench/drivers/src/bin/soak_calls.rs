@@ -6,21 +6,22 @@
 //! time from /proc.
 //!
 //! ```sh
-//! cargo build --release --example soak_calls && cargo build --release --bin neko-sidecar
-//! target/release/examples/soak_calls calls   # 100,000 calls at concurrency 64
-//! target/release/examples/soak_calls slow    # 1,000 concurrent calls of a 1 s handler
-//! target/release/examples/soak_calls idle    # 100 tools, default 5 s poll, CPU over 300 s
+//! cargo build --release
+//! CARGO_TARGET_DIR=target cargo build --release --manifest-path bench/drivers/Cargo.toml
+//! target/release/soak_calls calls   # 100,000 calls at concurrency 64
+//! target/release/soak_calls slow    # 1,000 concurrent calls of a 1 s handler
+//! target/release/soak_calls idle    # 100 tools, default 5 s poll, CPU over 300 s
 //! ```
 //!
 //! Knobs: `SOAK_CALLS` (100000), `SOAK_CONCURRENCY` (64), `SOAK_WARM_CALLS`
 //! (10000: RSS growth counts from the first sample, taken every 5,000
 //! calls, at or after it), `SOAK_SLOW` (1000), `SOAK_IDLE_SECS` (300),
 //! `SOAK_IDLE_SETTLE_SECS` (30, before the idle window starts),
-//! `SOAK_NOFILE` (run the sidecar under this soft
-//! descriptor limit, e.g. 1024 as systemd gives a service by default),
-//! `NEKO_SIDECAR_BIN` (default: `neko-sidecar` next to this example's
-//! directory). It owns no library code and asserts nothing the suite does
-//! not; it exits non-zero when a call goes wrong.
+//! `SOAK_NOFILE` (run the sidecar under this soft descriptor limit, e.g.
+//! 1024 as systemd gives a service by default), `NEKO_SIDECAR_BIN`
+//! (default: `neko-sidecar` next to this driver). It owns no library code
+//! and asserts nothing the suite does not; it exits non-zero when a call
+//! goes wrong.
 //!
 //! Besides the lines for people (`calls: ...`), `calls` and `idle` print
 //! their figures as `key=value` lines, which `bench/run.sh` (benchmarks 8
@@ -139,12 +140,11 @@ fn sidecar_bin() -> Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let dir = exe
         .parent()
-        .and_then(Path::parent)
         .context("cannot locate the target directory")?;
     let bin = dir.join("neko-sidecar");
     if !bin.exists() {
         bail!(
-            "{} is missing: cargo build --release --bin neko-sidecar (by itself: built with an example, it gets the examples' features)",
+            "{} is missing: cargo build --release (in the repository's root)",
             bin.display()
         );
     }
