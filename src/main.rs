@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use neko_sidecar::cli::{Cli, Command};
-use neko_sidecar::config::LogFormat;
+use neko_sidecar::logging::LogFormat;
 
 /// mimalloc instead of glibc's malloc: every call allocates and frees a
 /// few dozen small buffers, where glibc spent 11 % of the daemon's CPU
