@@ -13,7 +13,10 @@
 //! - `READY=1` once the listener is bound and the manifests are loaded, never
 //!   waiting for main_server, which may be down for hours;
 //! - shutdown: `STOPPING=1`, stop reconciling, then remove our tools (one
-//!   `clear`) and drain calls at the same time, all within the deadline.
+//!   `clear`) and drain calls at the same time, all within the deadline;
+//! - every task is the daemon's (one `TaskTracker`), the admin endpoints
+//!   included (`Daemon::spawn`), and shutdown waits for them within the
+//!   same deadline.
 //!
 //! It never decides what to register (the planner does) nor how a call is
 //! answered (the callback server does).
@@ -21,6 +24,7 @@
 pub mod signals;
 pub mod status_line;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -103,6 +107,9 @@ pub struct Daemon {
     pub reload: ReloadHandle,
     pub config: AgentConfig,
     reload_tx: mpsc::Sender<ReloadRequest>,
+    /// The daemon's tasks, shared with the supervisor, which waits for them
+    /// at shutdown; `spawn` adds to them.
+    tasks: TaskTracker,
     task: JoinHandle<ShutdownReport>,
 }
 
@@ -118,6 +125,18 @@ impl Daemon {
         {
             let _ = rx.await;
         }
+    }
+
+    /// Runs `task` as one of the daemon's own tasks: the shutdown path waits
+    /// for it, within the shutdown deadline, as for every other. The task
+    /// must end when the shutdown token given to `start` is cancelled (the
+    /// admin endpoints do: `admin::start_for`).
+    pub fn spawn<F>(&self, task: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.tasks.spawn(task)
     }
 
     /// Waits for the daemon to finish shutting down (after the shutdown
@@ -235,7 +254,7 @@ pub async fn start(
     }
 
     let engine_token = inner.clone();
-    let engine_task = tokio::spawn(async move {
+    let engine_task = tasks.spawn(async move {
         engine.run(engine_rx, engine_token).await;
         engine
     });
@@ -261,7 +280,7 @@ pub async fn start(
         callback: callback.clone(),
         reload: reload.clone(),
         inner,
-        tasks,
+        tasks: tasks.clone(),
     };
     let task = tokio::spawn(supervisor.run(shutdown, reload_rx, engine_task));
     Ok(Daemon {
@@ -270,6 +289,7 @@ pub async fn start(
         reload,
         config,
         reload_tx,
+        tasks,
         task,
     })
 }
