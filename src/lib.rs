@@ -11,6 +11,7 @@ pub mod callback;
 pub mod check;
 pub mod cli;
 pub mod client;
+pub mod commands;
 pub mod config;
 pub mod contract;
 pub mod daemon;

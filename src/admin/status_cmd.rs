@@ -1,7 +1,7 @@
 //! The `neko-sidecar status` command: reads a running sidecar's `/status`
 //! and prints it for a person, or prints the raw JSON with `--json`.
 //!
-//! Exit codes (mapped by `main.rs`): 0 every desired tool is registered and
+//! Exit codes (mapped by `commands`): 0 every desired tool is registered and
 //! main_server is reachable (the `/readyz` verdict, so both always agree);
 //! 1 not so; 2 the admin endpoint cannot be read or the config is bad.
 //! Rendering is pure; only [`status`] does I/O.
