@@ -21,7 +21,7 @@ use neko_sidecar::desired::DesiredState;
 use neko_sidecar::devserver::{DevServer, DevServerHandle};
 use neko_sidecar::engine::{Engine, UrlFor};
 use neko_sidecar::manifest::{LoadContext, parse_manifest};
-use neko_sidecar::status::{StatusSnapshot, StatusStore, ToolState};
+use neko_sidecar::registration::{RegistrationSnapshot, RegistrationStore, ToolState};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -42,7 +42,7 @@ fn desired(n: usize) -> Result<DesiredState, String> {
 }
 
 /// Every tool registered and confirmed at or after `since`.
-fn back_since(s: &StatusSnapshot, n: usize, since: SystemTime) -> bool {
+fn back_since(s: &RegistrationSnapshot, n: usize, since: SystemTime) -> bool {
     s.tools.len() == n
         && s.tools.values().all(|t| {
             t.state == ToolState::Registered && t.last_registered.is_some_and(|at| at >= since)
@@ -51,7 +51,7 @@ fn back_since(s: &StatusSnapshot, n: usize, since: SystemTime) -> bool {
 
 struct Bench {
     server: DevServerHandle,
-    status: Arc<StatusStore>,
+    status: Arc<RegistrationStore>,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
@@ -64,7 +64,7 @@ async fn start(n: usize, poll_ms: u64) -> Result<(Bench, Duration), Box<dyn std:
     );
     let (cfg, diags) = config::parse(Path::new("bench-agent.toml"), &text);
     let cfg = cfg.ok_or_else(|| format!("{diags:?}"))?;
-    let status = Arc::new(StatusStore::new());
+    let status = Arc::new(RegistrationStore::new());
     let url_for: UrlFor = Arc::new(|name: &str| format!("http://127.0.0.1:9/cb/tok/{name}"));
     let mut engine = Engine::new(
         &cfg,

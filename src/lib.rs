@@ -24,7 +24,7 @@ pub mod engine;
 pub mod logging;
 pub mod manifest;
 pub mod planner;
+pub mod registration;
 pub mod reload;
-pub mod status;
 pub mod systemd;
 pub mod tomldoc;

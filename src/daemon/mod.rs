@@ -22,7 +22,7 @@
 //! answered (the callback server does).
 
 pub mod signals;
-pub mod status_line;
+pub mod systemd_status;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -41,8 +41,8 @@ use crate::client::{Client, ClientBuildError};
 use crate::config::{self, AgentConfig};
 use crate::desired::DesiredState;
 use crate::engine::{ClearError, ClearReport, Engine, EngineError};
+use crate::registration::RegistrationStore;
 use crate::reload::{ManifestSet, ManifestSource, ReloadHandle, ReloadSettings, Reloader};
-use crate::status::StatusStore;
 use crate::systemd::{Heartbeat, Notifier};
 
 /// Why the daemon could not start.
@@ -102,7 +102,7 @@ pub struct ShutdownReport {
 /// A running daemon: handles for the admin surface and tests, and the task
 /// that ends when shutdown is done.
 pub struct Daemon {
-    pub status: Arc<StatusStore>,
+    pub registration: Arc<RegistrationStore>,
     pub callback: CallbackHandle,
     pub reload: ReloadHandle,
     pub config: AgentConfig,
@@ -186,7 +186,7 @@ pub async fn start(
             tracing::warn!("{d}");
         }
     }
-    tracing::info!("{}", set.status().summary());
+    tracing::info!("{}", set.health().summary());
     let settings = ReloadSettings::new(config.reload.debounce, config.reload.rescan_interval)
         .map_err(|e| DaemonError::Reload(e.to_string()))?;
     let (reloader, reload) = Reloader::new(set, settings);
@@ -208,7 +208,7 @@ pub async fn start(
         CancellationToken::new(),
     )?;
 
-    let status = Arc::new(StatusStore::new());
+    let registration = Arc::new(RegistrationStore::new());
     let heartbeat = Heartbeat::new();
     let cb = callback.clone();
     let url_for: crate::engine::UrlFor = Arc::new(move |tool: &str| cb.url_for(tool));
@@ -216,7 +216,7 @@ pub async fn start(
         &config,
         Client::new(&config.main_server)?,
         url_for,
-        Arc::clone(&status),
+        Arc::clone(&registration),
     )?;
     if let Some(usec) = notifier.watchdog_interval() {
         engine = engine.with_heartbeat(heartbeat.clone(), usec / 4);
@@ -276,7 +276,7 @@ pub async fn start(
     let supervisor = Supervisor {
         config: config.clone(),
         notifier,
-        status: Arc::clone(&status),
+        registration: Arc::clone(&registration),
         callback: callback.clone(),
         reload: reload.clone(),
         inner,
@@ -284,7 +284,7 @@ pub async fn start(
     };
     let task = tokio::spawn(supervisor.run(shutdown, reload_rx, engine_task));
     Ok(Daemon {
-        status,
+        registration,
         callback,
         reload,
         config,
@@ -294,11 +294,12 @@ pub async fn start(
     })
 }
 
-/// The daemon's own task: reloads, status lines, then the shutdown path.
+/// The daemon's own task: reloads, systemd `STATUS=` lines, then the
+/// shutdown path.
 struct Supervisor {
     config: AgentConfig,
     notifier: Notifier,
-    status: Arc<StatusStore>,
+    registration: Arc<RegistrationStore>,
     callback: CallbackHandle,
     reload: ReloadHandle,
     inner: CancellationToken,
@@ -312,9 +313,9 @@ impl Supervisor {
         mut reloads: mpsc::Receiver<ReloadRequest>,
         engine_task: JoinHandle<Engine>,
     ) -> ShutdownReport {
-        let mut status_rx = self.status.subscribe();
+        let mut registration_changes = self.registration.subscribe();
         let mut last_line = String::new();
-        let mut refresh_at = self.send_status(&mut last_line);
+        let mut refresh_at = self.send_systemd_status(&mut last_line);
         loop {
             tokio::select! {
                 biased;
@@ -330,34 +331,34 @@ impl Supervisor {
                     // Nobody can ask for reloads any more; keep serving.
                     None => reloads = mpsc::channel(1).1,
                 },
-                _ = status_rx.changed() => refresh_at = self.send_status(&mut last_line),
+                _ = registration_changes.changed() => refresh_at = self.send_systemd_status(&mut last_line),
                 // The branch is off without a deadline; the fallback is
                 // never awaited.
                 () = tokio::time::sleep_until(refresh_at.unwrap_or_else(Instant::now)), if refresh_at.is_some() => {
-                    refresh_at = self.send_status(&mut last_line);
+                    refresh_at = self.send_systemd_status(&mut last_line);
                 }
             }
         }
         self.shut_down(engine_task).await
     }
 
-    /// Sends the status line if it reads differently, and says when to
+    /// Sends the systemd `STATUS=` line if it reads differently, and says when to
     /// look again without a change: a second later while the line counts
     /// down ("retry in 3 s"), otherwise never, so an idle daemon keeps no
     /// timer here (and none at all without systemd listening).
-    fn send_status(&self, last: &mut String) -> Option<Instant> {
+    fn send_systemd_status(&self, last: &mut String) -> Option<Instant> {
         if !self.notifier.is_enabled() {
             return None;
         }
-        let snap = self.status.snapshot();
-        let line = status_line::summary(&snap, SystemTime::now());
+        let snap = self.registration.snapshot();
+        let line = systemd_status::summary(&snap, SystemTime::now());
         if *last != line {
             if let Err(e) = self.notifier.status(&line) {
                 tracing::debug!("{e}");
             }
             *last = line;
         }
-        status_line::counts_down(&snap).then(|| Instant::now() + Duration::from_secs(1))
+        systemd_status::counts_down(&snap).then(|| Instant::now() + Duration::from_secs(1))
     }
 
     /// SIGHUP: manifests are re-read and applied; the agent config is
@@ -400,7 +401,7 @@ impl Supervisor {
             Ok(summary) => tracing::info!(
                 changed = summary.changed,
                 "manifests reloaded: {}",
-                summary.status.summary()
+                summary.health.summary()
             ),
             Err(e) => tracing::error!("cannot reload manifests: {e}"),
         }
