@@ -1,7 +1,8 @@
 //! Command-line surface: the raw clap definitions of every subcommand.
 //!
 //! This module only describes arguments; it never does I/O. `main.rs` parses
-//! them and hands each subcommand to the library function that owns it.
+//! them, and `commands` hands each subcommand to the library function that
+//! owns it.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

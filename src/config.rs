@@ -13,6 +13,7 @@ use toml::de::DeTable;
 
 use crate::contract::is_loopback_ip;
 use crate::diag::{Diagnostic, SourceText};
+use crate::logging::{LogFormat, parse_filter};
 use crate::tomldoc::{self, TableReader};
 
 pub const DEFAULT_MAIN_SERVER_URL: &str = "http://127.0.0.1:48911";
@@ -27,12 +28,6 @@ pub enum ConflictPolicy {
     Yield,
     /// Register ours again, rate-limited so two agents cannot flap.
     Reclaim,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    Text,
-    Json,
 }
 
 /// Where main_server is and how long to wait for it.
@@ -362,7 +357,7 @@ fn build(
                     s.to_ascii_lowercase().as_str(),
                     "error" | "warn" | "info" | "debug" | "trace" | "off"
                 );
-                if (bare && !is_level) || crate::logging::parse_filter(&s).is_none() {
+                if (bare && !is_level) || parse_filter(&s).is_none() {
                     r.error(
                         &sp,
                         format!("`level` \"{s}\" is not a log level: use error, warn, info, debug, trace or off (or a tracing directive such as \"neko_sidecar=debug\")"),

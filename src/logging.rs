@@ -2,13 +2,22 @@
 //! colour codes when stderr is not a TTY), or JSON lines.
 //!
 //! The level comes from, in order: the `--log-level` flag, `RUST_LOG`, the
-//! config's `[log] level`. This module only installs the subscriber.
+//! config's `[log] level`. This module only installs the subscriber, and
+//! depends on no other module of the crate (the config reads its
+//! [`LogFormat`] and checks a level with [`parse_filter`]).
 
 use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
-use crate::config::LogFormat;
+/// How log lines are written: `[log] format` and `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
 
 /// Installs the global subscriber. Call once, from the binary. A second
 /// call (as in tests that start several daemons in one process) is a no-op.

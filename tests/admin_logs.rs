@@ -16,7 +16,7 @@ use neko_sidecar::config;
 use neko_sidecar::desired::DesiredState;
 use neko_sidecar::engine::{Engine, UrlFor};
 use neko_sidecar::manifest::{LoadContext, parse_manifest};
-use neko_sidecar::status::StatusStore;
+use neko_sidecar::registration::RegistrationStore;
 use serde_json::Value as Json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -72,7 +72,7 @@ fn thirty_retries_against_a_dead_main_server_log_a_bounded_number_of_lines() {
         .with_max_level(tracing::Level::DEBUG)
         .with_writer(move || writer.clone())
         .finish();
-    let status = Arc::new(StatusStore::new());
+    let status = Arc::new(RegistrationStore::new());
     let attempts = tracing::subscriber::with_default(subscriber, || {
         rt.block_on(async {
             let url_for: UrlFor = Arc::new(|n: &str| format!("http://127.0.0.1:1/cb/t/{n}"));

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use admin_support::*;
 use neko_sidecar::devserver::InvokeRequest;
-use neko_sidecar::status::ToolState;
+use neko_sidecar::registration::ToolState;
 use serde_json::json;
 
 /// One sample line.

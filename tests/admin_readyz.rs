@@ -39,7 +39,12 @@ async fn readiness_follows_main_server_and_registration() {
     // Up, but its storage still starting: 409s are not ready either.
     h.set_storage_blocked(true);
     h.start_listener().await.unwrap();
-    let before = run.daemon.status.snapshot().main_server.failed_attempts;
+    let before = run
+        .daemon
+        .registration
+        .snapshot()
+        .main_server
+        .failed_attempts;
     run.wait("a 409", |s| s.main_server.failed_attempts > before)
         .await;
     let body = run.wait_readyz(503).await;
@@ -60,7 +65,7 @@ async fn readiness_follows_main_server_and_registration() {
     h.set_storage_blocked(false);
     run.wait_readyz(200).await;
     assert!(h.registry_snapshot().tool("小八", "greet").is_some());
-    let s = run.daemon.status.snapshot();
+    let s = run.daemon.registration.snapshot();
     assert!(s.tools_lost >= 1 && s.loss_events >= 1, "{s:#?}");
     run.stop().await;
 }

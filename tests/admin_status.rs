@@ -5,7 +5,7 @@ mod admin_support;
 
 use admin_support::*;
 use neko_sidecar::devserver::InvokeRequest;
-use neko_sidecar::status::ToolState;
+use neko_sidecar::registration::ToolState;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -28,7 +28,7 @@ use chaos_support::manifests::{FILES, OPTIONAL_TOOL, SOURCE, all_tools};
 use chaos_support::plan::{Action, plan, summary};
 use chaos_support::*;
 use neko_sidecar::callback::Outcome;
-use neko_sidecar::status::ToolState;
+use neko_sidecar::registration::ToolState;
 
 /// Workers calling tools at once.
 const WORKERS: u64 = 4;
@@ -152,9 +152,9 @@ async fn chaos_converges_and_every_call_gets_an_envelope() {
     let phase1 = Instant::now();
 
     // The loops still run: passes go on.
-    let passes = daemon.status.snapshot().passes;
+    let passes = daemon.registration.snapshot().passes;
     daemon
-        .status
+        .registration
         .wait_until(CONVERGE, |s| s.passes >= passes + 3)
         .await
         .unwrap_or_else(|s| panic!("{}: passes stuck at {}", ctx("engine stalled"), s.passes));
@@ -192,9 +192,9 @@ async fn chaos_converges_and_every_call_gets_an_envelope() {
 
     // Idle is quiet again: nothing but one GET per poll.
     h.clear_request_log();
-    let passes = daemon.status.snapshot().passes;
+    let passes = daemon.registration.snapshot().passes;
     daemon
-        .status
+        .registration
         .wait_until(CONVERGE, |s| s.passes >= passes + 5)
         .await
         .unwrap_or_else(|_| panic!("{}", ctx("no passes while idle")));
@@ -211,7 +211,7 @@ async fn chaos_converges_and_every_call_gets_an_envelope() {
 
     // Counters: losses were noticed, never more often than tools were
     // taken away; nothing we sent was refused as invalid.
-    let status = daemon.status.snapshot();
+    let status = daemon.registration.snapshot();
     assert!(
         status.loss_events >= 1 && status.loss_events <= effects.removals,
         "{}",
@@ -337,11 +337,11 @@ async fn converge(
         ok,
         "{ctx}\nnot converged within {CONVERGE:?}: {:#?}\ndaemon: {:#?}",
         mismatches(&h.registry_snapshot(), &expected, url_for),
-        daemon.status.snapshot()
+        daemon.registration.snapshot()
     );
     let names: Vec<&str> = expected.keys().copied().collect();
     daemon
-        .status
+        .registration
         .wait_until(CONVERGE, |s| {
             s.converged
                 && s.tools.keys().map(String::as_str).eq(names.iter().copied())

@@ -9,9 +9,9 @@ mod daemon_support;
 use std::time::{Duration, SystemTime};
 
 use daemon_support::*;
-use neko_sidecar::daemon::status_line;
+use neko_sidecar::daemon::systemd_status;
 use neko_sidecar::devserver::DevServer;
-use neko_sidecar::status::ToolState;
+use neko_sidecar::registration::ToolState;
 use tokio::net::TcpListener;
 
 /// `AgentToml`'s poll interval.
@@ -36,9 +36,9 @@ async fn global_tools_wait_for_any_role_polling_quietly_then_register_on_the_fir
         s.state("alpha") == Some(&waiting) && s.state("beta") == Some(&waiting)
     })
     .await;
-    let snap = d.daemon().status.snapshot();
+    let snap = d.daemon().registration.snapshot();
     assert_eq!(
-        status_line::summary(&snap, SystemTime::now()),
+        systemd_status::summary(&snap, SystemTime::now()),
         "0/2 tools registered, 2 waiting for a role"
     );
 
@@ -66,7 +66,7 @@ async fn global_tools_wait_for_any_role_polling_quietly_then_register_on_the_fir
         );
     }
     assert!(h.ledger().is_empty());
-    let counts = d.daemon().status.snapshot().registrations;
+    let counts = d.daemon().registration.snapshot().registrations;
     assert_eq!((counts.accepted, counts.failed), (0, 0));
 
     // (b) A role appears: every global tool is registered on it.

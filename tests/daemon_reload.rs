@@ -297,7 +297,7 @@ async fn reading_manifests_does_not_trigger_rescans() {
     wait_holds(&h, &[("alpha", "v1")]).await;
 
     // The first load and the reloader's startup rescan: two reads.
-    let mut updates = d.daemon().reload.status_updates();
+    let mut updates = d.daemon().reload.health_updates();
     tokio::time::timeout(WAIT, updates.wait_for(|s| s.rescans >= 2))
         .await
         .expect("the startup rescan")
@@ -311,6 +311,6 @@ async fn reading_manifests_does_not_trigger_rescans() {
     assert!(
         more.is_err(),
         "a rescan ran with no change on disk: {} rescans",
-        d.daemon().reload.status().rescans
+        d.daemon().reload.health().rescans
     );
 }

@@ -14,7 +14,7 @@ use engine_support::*;
 use neko_sidecar::backoff::Jitter;
 use neko_sidecar::client::FieldError;
 use neko_sidecar::devserver::RequestRecord;
-use neko_sidecar::status::ToolState;
+use neko_sidecar::registration::ToolState;
 use reqwest::StatusCode;
 
 fn full_jitter_ceiling(e: neko_sidecar::engine::Engine) -> neko_sidecar::engine::Engine {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use engine_support::*;
 use neko_sidecar::devserver::Scope;
 use neko_sidecar::engine::ClearMethod;
-use neko_sidecar::status::ToolState;
+use neko_sidecar::registration::ToolState;
 use reqwest::StatusCode;
 
 const FOREIGN_URL: &str = "http://127.0.0.1:5555/other/t";

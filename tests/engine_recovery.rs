@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use engine_support::*;
 use neko_sidecar::devserver::InvokeRequest;
-use neko_sidecar::status::ToolState;
+use neko_sidecar::registration::ToolState;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registers_from_cold_then_sends_one_get_per_poll_and_nothing_else() {

@@ -26,7 +26,7 @@ fn the_first_load_takes_every_file_and_an_unchanged_rescan_changes_nothing() {
             ("weather", "weather v1")
         ])
     );
-    let status = set.status();
+    let status = set.health();
     assert_eq!(status.summary(), "2 manifest files, 3 tools");
     assert!(!status.has_errors());
 
@@ -69,7 +69,7 @@ fn a_broken_edit_keeps_the_last_good_tools_reports_once_and_the_fix_applies() {
     assert!(Arc::ptr_eq(&kept.spec, &good.spec));
     assert_eq!(kept.fingerprint, good.fingerprint);
 
-    let status = set.status();
+    let status = set.health();
     let fa = &status.files[0];
     assert_eq!(fa.health, FileHealth::Error);
     assert!(fa.serving_last_good());
@@ -84,7 +84,7 @@ fn a_broken_edit_keeps_the_last_good_tools_reports_once_and_the_fix_applies() {
     let again = set.rescan(false);
     assert!(!again.changed);
     assert!(again.problems.is_empty(), "{:?}", again.problems);
-    assert_eq!(set.status().files[0].since, fa.since);
+    assert_eq!(set.health().files[0].since, fa.since);
     // A forced reload (SIGHUP) shows the standing problem again.
     assert_eq!(set.rescan(true).problems.len(), 1);
 
@@ -98,7 +98,7 @@ fn a_broken_edit_keeps_the_last_good_tools_reports_once_and_the_fix_applies() {
         "{:?}",
         fixed.notes
     );
-    assert_eq!(set.status().files[0].health, FileHealth::Ok);
+    assert_eq!(set.health().files[0].health, FileHealth::Ok);
     assert_eq!(
         set.desired().tools["weather"].spec.description,
         "weather v3"
@@ -114,7 +114,7 @@ fn a_new_file_that_is_broken_adds_nothing_and_deleting_a_file_drops_its_tools() 
     let r = set.rescan(false);
     assert!(!r.changed);
     assert_eq!(r.problems.len(), 1);
-    let fb = &set.status().files[1];
+    let fb = &set.health().files[1];
     assert_eq!(fb.health, FileHealth::Error);
     assert!(!fb.serving_last_good());
 
@@ -122,7 +122,7 @@ fn a_new_file_that_is_broken_adds_nothing_and_deleting_a_file_drops_its_tools() 
     let r = set.rescan(false);
     assert!(r.changed);
     assert!(set.desired().is_empty());
-    assert_eq!(set.status().files.len(), 1);
+    assert_eq!(set.health().files.len(), 1);
 }
 
 #[test]
@@ -180,7 +180,7 @@ fn a_newcomer_declaring_a_taken_name_is_refused_and_the_owner_keeps_it() {
         tools(&set.desired()),
         pairs(&[("dice", "dice b1"), ("weather", "weather z")])
     );
-    assert_eq!(set.status().files[0].health, FileHealth::Error);
+    assert_eq!(set.health().files[0].health, FileHealth::Error);
 
     // The owner lets go: b.toml's unchanged version is accepted now,
     // because files in error are re-read at every rescan.
@@ -195,7 +195,7 @@ fn a_newcomer_declaring_a_taken_name_is_refused_and_the_owner_keeps_it() {
             ("weather", "weather b2")
         ])
     );
-    assert!(!set.status().has_errors());
+    assert!(!set.health().has_errors());
 }
 
 #[test]
@@ -220,7 +220,7 @@ fn at_the_first_load_the_first_file_in_scan_order_wins_and_the_other_is_refused_
     let r = set.rescan(true);
     assert_eq!(tools(&set.desired()), pairs(&[("weather", "weather a")]));
     assert_eq!(r.problems.len(), 1);
-    assert!(set.status().has_errors());
+    assert!(set.health().has_errors());
 
     // The same name twice within one file is refused too.
     d.write("c.toml", &manifest(&["x", "x"], "c"));
@@ -248,7 +248,7 @@ fn hidden_swap_and_backup_files_are_not_manifests() {
     let r = set.rescan(true);
     assert!(r.problems.is_empty(), "{:?}", r.problems);
     assert_eq!(tools(&set.desired()), pairs(&[("weather", "weather v1")]));
-    assert_eq!(set.status().files.len(), 1);
+    assert_eq!(set.health().files.len(), 1);
 }
 
 #[test]
@@ -262,7 +262,7 @@ fn an_unreadable_directory_keeps_its_tools_until_it_is_back() {
     assert_eq!(r.problems.len(), 1);
     assert!(r.problems[0].message.contains("does not exist"));
     assert_eq!(set.desired().len(), 1);
-    assert!(set.status().has_errors());
+    assert!(set.health().has_errors());
     // Reported once.
     assert!(set.rescan(false).problems.is_empty());
 
@@ -273,5 +273,5 @@ fn an_unreadable_directory_keeps_its_tools_until_it_is_back() {
         set.desired().tools["weather"].spec.description,
         "weather v2"
     );
-    assert!(!set.status().has_errors());
+    assert!(!set.health().has_errors());
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use neko_sidecar::desired::DesiredState;
-use neko_sidecar::reload::{FileHealth, ReloadHandle, ReloadSettings, ReloadStatus, Reloader};
+use neko_sidecar::reload::{FileHealth, ManifestHealth, ReloadHandle, ReloadSettings, Reloader};
 use reload_support::{Dir, broken, manifest, wait_for};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 struct Running {
     handle: ReloadHandle,
     desired: watch::Receiver<Arc<DesiredState>>,
-    status: watch::Receiver<Arc<ReloadStatus>>,
+    status: watch::Receiver<Arc<ManifestHealth>>,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
@@ -30,7 +30,7 @@ impl Running {
         let task = tokio::spawn(reloader.run(shutdown.clone()));
         Self {
             desired: handle.desired(),
-            status: handle.status_updates(),
+            status: handle.health_updates(),
             handle,
             shutdown,
             task,
@@ -167,7 +167,7 @@ async fn a_configmap_data_swap_applies() {
     std::fs::remove_dir_all(&v1).unwrap();
     r.wait_description("weather", "weather v2").await;
     // The `..*` entries were reasons to rescan, never manifests.
-    let status = r.handle.status();
+    let status = r.handle.health();
     assert_eq!(status.files.len(), 1, "{status:#?}");
     assert!(!status.has_errors(), "{status:#?}");
     r.stop().await;
@@ -178,7 +178,7 @@ async fn swap_and_backup_files_change_nothing_and_an_unchanged_rewrite_publishes
     let d = Dir::new();
     let a = d.write("a.toml", &manifest(&["weather"], "v1"));
     let mut r = Running::events_only(&d).await;
-    let rescans = r.handle.status().rescans;
+    let rescans = r.handle.health().rescans;
 
     d.write(".a.toml.swp", "\u{0}swap");
     d.write("a.toml~", &manifest(&["backup"], "old"));
@@ -192,8 +192,8 @@ async fn swap_and_backup_files_change_nothing_and_an_unchanged_rewrite_publishes
 
     let summary = r.handle.reload_now().await.unwrap();
     assert!(!summary.changed);
-    assert_eq!(summary.status.files.len(), 1);
-    assert!(!summary.status.has_errors());
+    assert_eq!(summary.health.files.len(), 1);
+    assert!(!summary.health.has_errors());
     assert!(!r.desired.has_changed().unwrap());
     r.stop().await;
 }
@@ -216,7 +216,7 @@ async fn a_broken_edit_keeps_the_old_tools_until_it_is_fixed() {
 
     std::fs::write(&a, manifest(&["weather"], "v2")).unwrap();
     r.wait_description("weather", "weather v2").await;
-    assert_eq!(r.handle.status().files_in_error(), 0);
+    assert_eq!(r.handle.health().files_in_error(), 0);
     r.stop().await;
 }
 

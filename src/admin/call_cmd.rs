@@ -16,9 +16,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::client::{AdminClient, ClientError, admin_url};
-use crate::devserver::invoke::{
-    MAX_CALLBACK_CONNECTIONS, callback_body, post_callback, turn_call_id,
-};
+use crate::contract::MAX_CALLBACK_CONNECTIONS;
+use crate::devserver::invoke::{callback_body, post_callback, turn_call_id};
 
 /// main_server's default when a tool's timeout is unknown.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);

@@ -1,7 +1,7 @@
 //! The `/metrics` series: which exist, what they count, from which source.
 //!
 //! Pure: a [`Sample`] in, exposition text out (through `prom`). Counters
-//! come from the status store (registrations, passes, losses), the callback
+//! come from the registration store (registrations, passes, losses), the callback
 //! server (calls, latency, rejections) and the reloader (rescans); gauges
 //! show the present (tools by state, backoff, manifest health). Every
 //! series is listed in the README's metrics table; keep them in step.
@@ -14,7 +14,7 @@ use super::prom::{Exposition, Kind};
 use super::sample::Sample;
 use crate::callback::Outcome;
 use crate::callback::stats::LATENCY_BOUNDS;
-use crate::status::ToolState;
+use crate::registration::ToolState;
 
 /// Every tool state, in the order the gauge lists them.
 const STATES: [&str; 6] = [
@@ -67,7 +67,7 @@ fn build_info(e: &mut Exposition, s: &Sample) {
 }
 
 fn main_server(e: &mut Exposition, s: &Sample) {
-    let ms = &s.status.main_server;
+    let ms = &s.registration.main_server;
     e.family(
         "neko_sidecar_main_server_up",
         Kind::Gauge,
@@ -103,7 +103,7 @@ fn main_server(e: &mut Exposition, s: &Sample) {
 }
 
 fn engine(e: &mut Exposition, s: &Sample) {
-    let st = &s.status;
+    let st = &s.registration;
     e.family(
         "neko_sidecar_reconcile_passes_total",
         Kind::Counter,
@@ -146,7 +146,10 @@ fn tools(e: &mut Exposition, s: &Sample) {
     let mut counts = [0u64; STATES.len()];
     for name in s.desired.tools.keys() {
         // A desired tool the engine has not picked up yet is pending.
-        let kind = s.status.state(name).map_or("pending", ToolState::kind);
+        let kind = s
+            .registration
+            .state(name)
+            .map_or("pending", ToolState::kind);
         if let Some(i) = STATES.iter().position(|k| *k == kind) {
             counts[i] += 1;
         }
@@ -164,7 +167,7 @@ fn tools(e: &mut Exposition, s: &Sample) {
         Kind::Gauge,
         "The backoff attempt of each tool now retrying its registration (absent when not retrying).",
     );
-    for (name, t) in &s.status.tools {
+    for (name, t) in &s.registration.tools {
         if let ToolState::Retrying { attempt, .. } = t.state {
             e.sample(
                 "neko_sidecar_tool_retry_attempt",
@@ -283,8 +286,8 @@ mod tests {
     #[test]
     fn tools_by_state_count_every_desired_tool_once() {
         let mut s = sample_with(&["a", "b", "c"]);
-        s.status.tools.get_mut("a").unwrap().state = ToolState::Registered;
-        s.status.tools.remove("c");
+        s.registration.tools.get_mut("a").unwrap().state = ToolState::Registered;
+        s.registration.tools.remove("c");
         let text = render(&s);
         assert!(text.contains("neko_sidecar_tools{state=\"registered\"} 1\n"));
         assert!(text.contains("neko_sidecar_tools{state=\"pending\"} 2\n"));

@@ -1,12 +1,12 @@
 //! The operator surface: the admin HTTP endpoints (`/healthz`, `/readyz`,
 //! `/status`, `/metrics`) and the `status` and `call` commands that use them.
 //!
-//! The daemon builds an [`AdminState`] from what it already runs (status
-//! store, callback handle, reload handle) and hands a bound listener to
-//! [`serve`]. Everything shown is read from those handles at request time:
-//! this module keeps no state of its own, never changes the daemon's state,
-//! and never talks to main_server (only `call` reaches a callback URL, as
-//! main_server would).
+//! The daemon builds an [`AdminState`] from what it already runs
+//! (registration store, callback handle, reload handle) and hands a bound
+//! listener to [`serve`]. Everything shown is read from those handles at
+//! request time: this module keeps no state of its own, never changes the
+//! daemon's state, and never talks to main_server (only `call` reaches a
+//! callback URL, as main_server would).
 //!
 //! Map: `sample` (one consistent read of every source), `readiness` and
 //! `view` (pure: a sample in, a verdict or the `/status` JSON out), `prom`

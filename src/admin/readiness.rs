@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::sample::Sample;
 use crate::diag::plural;
-use crate::status::ToolState;
+use crate::registration::ToolState;
 
 /// At most this many tools are named in the reasons; the rest are counted.
 const NAMED_TOOLS: usize = 10;
@@ -37,7 +37,7 @@ pub fn judge(sample: &Sample) -> Readiness {
     if sample.manifests.rescans == 0 {
         reasons.push("the manifests have not been loaded yet".to_owned());
     }
-    let ms = &sample.status.main_server;
+    let ms = &sample.registration.main_server;
     match ms.reachable {
         None => reasons.push("main_server has not been reached yet".to_owned()),
         Some(false) => reasons.push(format!(
@@ -49,7 +49,7 @@ pub fn judge(sample: &Sample) -> Readiness {
     }
     let mut off: Vec<String> = Vec::new();
     for name in sample.desired.tools.keys() {
-        match sample.status.state(name) {
+        match sample.registration.state(name) {
             Some(ToolState::Registered) => {}
             Some(state) => off.push(format!("`{name}` is {}", describe(state))),
             // The engine has not picked up this desired tool yet.
@@ -94,11 +94,11 @@ mod tests {
     fn ready_needs_a_loaded_set_a_reachable_server_and_every_tool_registered() {
         let mut s = sample_with(&["a", "b"]);
         assert!(!judge(&s).ready);
-        s.status.main_server.reachable = Some(true);
-        s.status.tools.get_mut("a").unwrap().state = ToolState::Registered;
+        s.registration.main_server.reachable = Some(true);
+        s.registration.tools.get_mut("a").unwrap().state = ToolState::Registered;
         let r = judge(&s);
         assert_eq!(r.reasons, ["1 of 2 tools not registered: `b` is pending"]);
-        s.status.tools.get_mut("b").unwrap().state = ToolState::Registered;
+        s.registration.tools.get_mut("b").unwrap().state = ToolState::Registered;
         assert_eq!(
             judge(&s),
             Readiness {
@@ -111,7 +111,7 @@ mod tests {
     #[test]
     fn settled_states_other_than_registered_are_not_ready() {
         let mut s = sample_with(&["a"]);
-        s.status.main_server.reachable = Some(true);
+        s.registration.main_server.reachable = Some(true);
         for state in [
             ToolState::Conflict {
                 owner: "plugin:other".into(),
@@ -121,7 +121,7 @@ mod tests {
             ToolState::Rejected { errors: vec![] },
             ToolState::WaitingForRole { role: None },
         ] {
-            s.status.tools.get_mut("a").unwrap().state = state;
+            s.registration.tools.get_mut("a").unwrap().state = state;
             assert!(!judge(&s).ready);
         }
         assert!(judge(&s).reasons[0].contains("waiting for any role"));
@@ -130,10 +130,10 @@ mod tests {
     #[test]
     fn an_unreachable_server_is_not_ready_even_with_registered_tools() {
         let mut s = sample_with(&["a"]);
-        s.status.tools.get_mut("a").unwrap().state = ToolState::Registered;
-        s.status.main_server.reachable = Some(false);
-        s.status.main_server.failed_attempts = 3;
-        s.status.main_server.last_error = Some("connection refused".into());
+        s.registration.tools.get_mut("a").unwrap().state = ToolState::Registered;
+        s.registration.main_server.reachable = Some(false);
+        s.registration.main_server.failed_attempts = 3;
+        s.registration.main_server.last_error = Some("connection refused".into());
         assert_eq!(
             judge(&s).reasons,
             ["main_server is unreachable (3 failed attempts): connection refused"]
@@ -145,8 +145,8 @@ mod tests {
         let names: Vec<String> = (0..12).map(|i| format!("t{i:02}")).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let mut s = sample_with(&refs);
-        s.status.main_server.reachable = Some(true);
-        s.status.tools.clear();
+        s.registration.main_server.reachable = Some(true);
+        s.registration.tools.clear();
         let r = judge(&s);
         assert!(r.reasons[0].starts_with("12 of 12 tools not registered"));
         assert!(r.reasons[0].ends_with("; 2 more"), "{}", r.reasons[0]);

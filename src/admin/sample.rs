@@ -11,15 +11,16 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::callback::{CallbackHandle, CallbackStats};
 use crate::daemon::Daemon;
 use crate::desired::DesiredState;
-use crate::reload::{ReloadHandle, ReloadStatus};
-use crate::status::{StatusSnapshot, StatusStore};
+use crate::registration::{RegistrationSnapshot, RegistrationStore};
+use crate::reload::{ManifestHealth, ReloadHandle};
 
 /// The daemon's handles the admin endpoints read, plus who this sidecar is.
 /// Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct AdminState {
-    /// Registration status, written by the engine.
-    pub status: Arc<StatusStore>,
+    /// Each tool's registration state and main_server's reachability,
+    /// written by the engine.
+    pub registration: Arc<RegistrationStore>,
     /// Call statistics and each tool's callback URL.
     pub callbacks: CallbackHandle,
     /// The desired state and every manifest file's health.
@@ -38,14 +39,14 @@ pub struct AdminState {
 impl AdminState {
     /// The state of a daemon starting now, with this crate's version.
     pub fn new(
-        status: Arc<StatusStore>,
+        registration: Arc<RegistrationStore>,
         callbacks: CallbackHandle,
         reload: ReloadHandle,
         source: impl Into<String>,
         main_server_url: impl Into<String>,
     ) -> Self {
         Self {
-            status,
+            registration,
             callbacks,
             reload,
             source: source.into(),
@@ -59,7 +60,7 @@ impl AdminState {
     /// The state of a daemon that has just started.
     pub fn from_daemon(daemon: &Daemon) -> Self {
         Self::new(
-            Arc::clone(&daemon.status),
+            Arc::clone(&daemon.registration),
             daemon.callback.clone(),
             daemon.reload.clone(),
             daemon.config.source.clone(),
@@ -76,10 +77,10 @@ impl AdminState {
             .map(|name| (name.clone(), self.callbacks.url_for(name)))
             .collect();
         Sample {
-            status: self.status.snapshot(),
+            registration: self.registration.snapshot(),
             callbacks: self.callbacks.stats(),
             callback_urls,
-            manifests: self.reload.status(),
+            manifests: self.reload.health(),
             desired,
             source: self.source.clone(),
             main_server_url: self.main_server_url.clone(),
@@ -94,11 +95,11 @@ impl AdminState {
 /// Everything one answer shows, read at one moment.
 #[derive(Debug, Clone)]
 pub struct Sample {
-    pub status: StatusSnapshot,
+    pub registration: RegistrationSnapshot,
     pub callbacks: CallbackStats,
     /// Each desired tool's callback URL.
     pub callback_urls: std::collections::BTreeMap<String, String>,
-    pub manifests: Arc<ReloadStatus>,
+    pub manifests: Arc<ManifestHealth>,
     pub desired: Arc<DesiredState>,
     pub source: String,
     pub main_server_url: String,

@@ -65,7 +65,9 @@ pub async fn serve(
 }
 
 /// Starts the admin endpoints of a running daemon on its `[admin] listen`
-/// address, until `shutdown`. Returns the bound address, or `None` when
+/// address, until `shutdown` (the daemon's own token), as one of the
+/// daemon's tasks, so its shutdown waits for them within its deadline.
+/// Returns the bound address, or `None` when
 /// they are turned off or the address cannot be bound: that is logged as an
 /// error, but the daemon keeps registering tools and serving calls, since
 /// the operator surface must never take the tools down with it.
@@ -82,22 +84,30 @@ pub async fn start_for(daemon: &Daemon, shutdown: &CancellationToken) -> Option<
         }
     };
     let bound = listener.local_addr().ok();
-    spawn(listener, AdminState::from_daemon(daemon), shutdown.clone());
+    daemon.spawn(serve_logged(
+        listener,
+        AdminState::from_daemon(daemon),
+        shutdown.clone(),
+    ));
     bound
 }
 
 /// Serves on `listener` in a task of its own until `shutdown` (an error is
-/// logged there). For the daemon and for tests that bind port 0.
+/// logged there). For tests that bind port 0; the daemon's endpoints are
+/// started by [`start_for`], in the daemon's own tasks.
 pub fn spawn(
     listener: TcpListener,
     state: AdminState,
     shutdown: CancellationToken,
 ) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        if let Err(e) = serve(listener, state, shutdown).await {
-            tracing::error!("{e}");
-        }
-    })
+    tokio::spawn(serve_logged(listener, state, shutdown))
+}
+
+/// [`serve`], with its error logged.
+async fn serve_logged(listener: TcpListener, state: AdminState, shutdown: CancellationToken) {
+    if let Err(e) = serve(listener, state, shutdown).await {
+        tracing::error!("{e}");
+    }
 }
 
 fn router(state: Arc<AdminState>) -> Router {

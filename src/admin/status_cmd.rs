@@ -1,7 +1,7 @@
 //! The `neko-sidecar status` command: reads a running sidecar's `/status`
 //! and prints it for a person, or prints the raw JSON with `--json`.
 //!
-//! Exit codes (mapped by `main.rs`): 0 every desired tool is registered and
+//! Exit codes (mapped by `commands`): 0 every desired tool is registered and
 //! main_server is reachable (the `/readyz` verdict, so both always agree);
 //! 1 not so; 2 the admin endpoint cannot be read or the config is bad.
 //! Rendering is pure; only [`status`] does I/O.
@@ -212,15 +212,15 @@ mod tests {
     use super::super::view::tests::sample_with;
     use super::super::view::{DiagnosticView, FileView, build};
     use super::*;
-    use crate::status::ToolState;
+    use crate::registration::ToolState;
 
     #[test]
     fn the_report_has_a_server_line_a_table_and_the_problems() {
         let mut s = sample_with(&["get_weather", "roll_dice"]);
-        s.status.main_server.reachable = Some(false);
-        s.status.main_server.failed_attempts = 7;
-        s.status.main_server.last_error = Some("connection refused".into());
-        s.status.tools.get_mut("roll_dice").unwrap().state = ToolState::Conflict {
+        s.registration.main_server.reachable = Some(false);
+        s.registration.main_server.failed_attempts = 7;
+        s.registration.main_server.last_error = Some("connection refused".into());
+        s.registration.tools.get_mut("roll_dice").unwrap().state = ToolState::Conflict {
             owner: "plugin:other".into(),
             callback_url: None,
             same_source: false,

@@ -16,8 +16,8 @@ use super::sample::Sample;
 use super::time::rfc3339;
 use crate::diag::Diagnostic;
 use crate::manifest::Handler;
-use crate::reload::{FileHealth, FileStatus};
-use crate::status::{ToolState, ToolStatus};
+use crate::registration::{ToolRegistration, ToolState};
+use crate::reload::{FileHealth, FileReport};
 
 /// The whole `/status` document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -186,7 +186,7 @@ pub struct RejectionsView {
 /// Builds the document from one sample.
 pub fn build(sample: &Sample) -> StatusView {
     let readiness = judge(sample);
-    let s = &sample.status;
+    let s = &sample.registration;
     let ms = &s.main_server;
     // Desired tools, plus any the engine still tracks for a moment after
     // a reload removed them.
@@ -243,9 +243,9 @@ pub fn build(sample: &Sample) -> StatusView {
 
 fn tool_view(sample: &Sample, name: &str) -> ToolView {
     let spec = sample.desired.tools.get(name).map(|t| &t.spec);
-    let status = sample.status.tools.get(name);
+    let registration = sample.registration.tools.get(name);
     let stats = sample.callbacks.tools.get(name);
-    let (state, last_error) = match status {
+    let (state, last_error) = match registration {
         Some(st) => state_view(st),
         None => (StateView::Pending, None),
     };
@@ -253,14 +253,14 @@ fn tool_view(sample: &Sample, name: &str) -> ToolView {
         name: name.to_owned(),
         role: spec.and_then(|s| s.role.clone()),
         state,
-        since: status.map(|st| rfc3339(st.since)),
-        for_seconds: status.map(|st| {
+        since: registration.map(|st| rfc3339(st.since)),
+        for_seconds: registration.map(|st| {
             sample
                 .now
                 .duration_since(st.since)
                 .map_or(0, |d| d.as_secs())
         }),
-        last_registered: status.and_then(|st| st.last_registered).map(rfc3339),
+        last_registered: registration.and_then(|st| st.last_registered).map(rfc3339),
         last_error,
         callback_url: sample.callback_urls.get(name).cloned(),
         timeout_seconds: spec.map(|s| s.timeout_seconds),
@@ -278,7 +278,7 @@ fn tool_view(sample: &Sample, name: &str) -> ToolView {
     }
 }
 
-fn state_view(st: &ToolStatus) -> (StateView, Option<String>) {
+fn state_view(st: &ToolRegistration) -> (StateView, Option<String>) {
     match &st.state {
         ToolState::Pending => (StateView::Pending, None),
         ToolState::Registered => (StateView::Registered, None),
@@ -322,7 +322,7 @@ fn state_view(st: &ToolStatus) -> (StateView, Option<String>) {
     }
 }
 
-fn file_view(f: &FileStatus) -> FileView {
+fn file_view(f: &FileReport) -> FileView {
     FileView {
         path: f.path.display().to_string(),
         health: match f.health {
@@ -359,8 +359,8 @@ pub(super) mod tests {
     use crate::callback::{CallbackStats, RejectionCounts};
     use crate::desired::DesiredState;
     use crate::manifest::{LoadContext, parse_manifest};
-    use crate::reload::ReloadStatus;
-    use crate::status::StatusSnapshot;
+    use crate::registration::RegistrationSnapshot;
+    use crate::reload::ManifestHealth;
 
     /// A sample with these desired (global, http) tools, all pending, the
     /// manifests loaded once and main_server not reached yet.
@@ -377,11 +377,11 @@ pub(super) mod tests {
         assert!(!f.has_errors(), "{:?}", f.diagnostics);
         let (desired, _) = DesiredState::assemble("plugin:t", &[f]);
         let now = SystemTime::now();
-        let mut status = StatusSnapshot::default();
+        let mut registration = RegistrationSnapshot::default();
         for n in names {
-            status.tools.insert(
+            registration.tools.insert(
                 (*n).to_owned(),
-                ToolStatus {
+                ToolRegistration {
                     state: ToolState::Pending,
                     since: now - Duration::from_secs(5),
                     last_registered: None,
@@ -389,7 +389,7 @@ pub(super) mod tests {
             );
         }
         Sample {
-            status,
+            registration,
             callbacks: CallbackStats {
                 tools: BTreeMap::new(),
                 rejections: RejectionCounts::default(),
@@ -398,10 +398,10 @@ pub(super) mod tests {
                 .iter()
                 .map(|n| ((*n).to_owned(), format!("http://127.0.0.1:1/cb/tok/{n}")))
                 .collect(),
-            manifests: Arc::new(ReloadStatus {
+            manifests: Arc::new(ManifestHealth {
                 rescans: 1,
                 tools: names.len(),
-                ..ReloadStatus::default()
+                ..ManifestHealth::default()
             }),
             desired: Arc::new(desired),
             source: "plugin:t".to_owned(),
@@ -417,7 +417,7 @@ pub(super) mod tests {
     fn states_carry_their_details_and_round_trip() {
         let mut s = sample_with(&["a", "b", "c"]);
         let set = |s: &mut Sample, n: &str, st: ToolState| {
-            s.status.tools.get_mut(n).unwrap().state = st;
+            s.registration.tools.get_mut(n).unwrap().state = st;
         };
         set(
             &mut s,

@@ -5,7 +5,8 @@
 //! - how an answer becomes what the model reads (`answer`): the eight rules
 //!   of "How main_server builds `output`", and the text the model reads;
 //! - the image rules (`images`), with a real JPEG/PNG decode;
-//! - loopback, and the `builtin` source that no client may use.
+//! - loopback, the `builtin` source that no client may use, and the
+//!   connection limit of main_server's callback client.
 //!
 //! Two copies of a rule drift, and then the tests prove the wrong thing: the
 //! stand-in (`devserver`) reads answers with this module, and the sidecar
@@ -27,6 +28,10 @@ pub const BUILTIN_SOURCE: &str = "builtin";
 
 /// The one built-in tool main_server has today, in every role.
 pub const RECALL_MEMORY: &str = "recall_memory";
+
+/// main_server's one httpx client holds at most this many connections for
+/// all callbacks together; a call past them waits for one (`PoolTimeout`).
+pub const MAX_CALLBACK_CONNECTIONS: usize = 20;
 
 /// Python truthiness, as main_server reads `is_error`: null, false, 0, "",
 /// [] and {} are false; everything else (the string "false" too) is true.

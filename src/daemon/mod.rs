@@ -13,14 +13,18 @@
 //! - `READY=1` once the listener is bound and the manifests are loaded, never
 //!   waiting for main_server, which may be down for hours;
 //! - shutdown: `STOPPING=1`, stop reconciling, then remove our tools (one
-//!   `clear`) and drain calls at the same time, all within the deadline.
+//!   `clear`) and drain calls at the same time, all within the deadline;
+//! - every task is the daemon's (one `TaskTracker`), the admin endpoints
+//!   included (`Daemon::spawn`), and shutdown waits for them within the
+//!   same deadline.
 //!
 //! It never decides what to register (the planner does) nor how a call is
 //! answered (the callback server does).
 
 pub mod signals;
-pub mod status_line;
+pub mod systemd_status;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -37,8 +41,8 @@ use crate::client::{Client, ClientBuildError};
 use crate::config::{self, AgentConfig};
 use crate::desired::DesiredState;
 use crate::engine::{ClearError, ClearReport, Engine, EngineError};
+use crate::registration::RegistrationStore;
 use crate::reload::{ManifestSet, ManifestSource, ReloadHandle, ReloadSettings, Reloader};
-use crate::status::StatusStore;
 use crate::systemd::{Heartbeat, Notifier};
 
 /// Why the daemon could not start.
@@ -98,11 +102,14 @@ pub struct ShutdownReport {
 /// A running daemon: handles for the admin surface and tests, and the task
 /// that ends when shutdown is done.
 pub struct Daemon {
-    pub status: Arc<StatusStore>,
+    pub registration: Arc<RegistrationStore>,
     pub callback: CallbackHandle,
     pub reload: ReloadHandle,
     pub config: AgentConfig,
     reload_tx: mpsc::Sender<ReloadRequest>,
+    /// The daemon's tasks, shared with the supervisor, which waits for them
+    /// at shutdown; `spawn` adds to them.
+    tasks: TaskTracker,
     task: JoinHandle<ShutdownReport>,
 }
 
@@ -118,6 +125,18 @@ impl Daemon {
         {
             let _ = rx.await;
         }
+    }
+
+    /// Runs `task` as one of the daemon's own tasks: the shutdown path waits
+    /// for it, within the shutdown deadline, as for every other. The task
+    /// must end when the shutdown token given to `start` is cancelled (the
+    /// admin endpoints do: `admin::start_for`).
+    pub fn spawn<F>(&self, task: F) -> JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.tasks.spawn(task)
     }
 
     /// Waits for the daemon to finish shutting down (after the shutdown
@@ -167,7 +186,7 @@ pub async fn start(
             tracing::warn!("{d}");
         }
     }
-    tracing::info!("{}", set.status().summary());
+    tracing::info!("{}", set.health().summary());
     let settings = ReloadSettings::new(config.reload.debounce, config.reload.rescan_interval)
         .map_err(|e| DaemonError::Reload(e.to_string()))?;
     let (reloader, reload) = Reloader::new(set, settings);
@@ -189,7 +208,7 @@ pub async fn start(
         CancellationToken::new(),
     )?;
 
-    let status = Arc::new(StatusStore::new());
+    let registration = Arc::new(RegistrationStore::new());
     let heartbeat = Heartbeat::new();
     let cb = callback.clone();
     let url_for: crate::engine::UrlFor = Arc::new(move |tool: &str| cb.url_for(tool));
@@ -197,7 +216,7 @@ pub async fn start(
         &config,
         Client::new(&config.main_server)?,
         url_for,
-        Arc::clone(&status),
+        Arc::clone(&registration),
     )?;
     if let Some(usec) = notifier.watchdog_interval() {
         engine = engine.with_heartbeat(heartbeat.clone(), usec / 4);
@@ -235,7 +254,7 @@ pub async fn start(
     }
 
     let engine_token = inner.clone();
-    let engine_task = tokio::spawn(async move {
+    let engine_task = tasks.spawn(async move {
         engine.run(engine_rx, engine_token).await;
         engine
     });
@@ -257,28 +276,30 @@ pub async fn start(
     let supervisor = Supervisor {
         config: config.clone(),
         notifier,
-        status: Arc::clone(&status),
+        registration: Arc::clone(&registration),
         callback: callback.clone(),
         reload: reload.clone(),
         inner,
-        tasks,
+        tasks: tasks.clone(),
     };
     let task = tokio::spawn(supervisor.run(shutdown, reload_rx, engine_task));
     Ok(Daemon {
-        status,
+        registration,
         callback,
         reload,
         config,
         reload_tx,
+        tasks,
         task,
     })
 }
 
-/// The daemon's own task: reloads, status lines, then the shutdown path.
+/// The daemon's own task: reloads, systemd `STATUS=` lines, then the
+/// shutdown path.
 struct Supervisor {
     config: AgentConfig,
     notifier: Notifier,
-    status: Arc<StatusStore>,
+    registration: Arc<RegistrationStore>,
     callback: CallbackHandle,
     reload: ReloadHandle,
     inner: CancellationToken,
@@ -292,9 +313,9 @@ impl Supervisor {
         mut reloads: mpsc::Receiver<ReloadRequest>,
         engine_task: JoinHandle<Engine>,
     ) -> ShutdownReport {
-        let mut status_rx = self.status.subscribe();
+        let mut registration_changes = self.registration.subscribe();
         let mut last_line = String::new();
-        let mut refresh_at = self.send_status(&mut last_line);
+        let mut refresh_at = self.send_systemd_status(&mut last_line);
         loop {
             tokio::select! {
                 biased;
@@ -310,34 +331,34 @@ impl Supervisor {
                     // Nobody can ask for reloads any more; keep serving.
                     None => reloads = mpsc::channel(1).1,
                 },
-                _ = status_rx.changed() => refresh_at = self.send_status(&mut last_line),
+                _ = registration_changes.changed() => refresh_at = self.send_systemd_status(&mut last_line),
                 // The branch is off without a deadline; the fallback is
                 // never awaited.
                 () = tokio::time::sleep_until(refresh_at.unwrap_or_else(Instant::now)), if refresh_at.is_some() => {
-                    refresh_at = self.send_status(&mut last_line);
+                    refresh_at = self.send_systemd_status(&mut last_line);
                 }
             }
         }
         self.shut_down(engine_task).await
     }
 
-    /// Sends the status line if it reads differently, and says when to
+    /// Sends the systemd `STATUS=` line if it reads differently, and says when to
     /// look again without a change: a second later while the line counts
     /// down ("retry in 3 s"), otherwise never, so an idle daemon keeps no
     /// timer here (and none at all without systemd listening).
-    fn send_status(&self, last: &mut String) -> Option<Instant> {
+    fn send_systemd_status(&self, last: &mut String) -> Option<Instant> {
         if !self.notifier.is_enabled() {
             return None;
         }
-        let snap = self.status.snapshot();
-        let line = status_line::summary(&snap, SystemTime::now());
+        let snap = self.registration.snapshot();
+        let line = systemd_status::summary(&snap, SystemTime::now());
         if *last != line {
             if let Err(e) = self.notifier.status(&line) {
                 tracing::debug!("{e}");
             }
             *last = line;
         }
-        status_line::counts_down(&snap).then(|| Instant::now() + Duration::from_secs(1))
+        systemd_status::counts_down(&snap).then(|| Instant::now() + Duration::from_secs(1))
     }
 
     /// SIGHUP: manifests are re-read and applied; the agent config is
@@ -380,7 +401,7 @@ impl Supervisor {
             Ok(summary) => tracing::info!(
                 changed = summary.changed,
                 "manifests reloaded: {}",
-                summary.status.summary()
+                summary.health.summary()
             ),
             Err(e) => tracing::error!("cannot reload manifests: {e}"),
         }

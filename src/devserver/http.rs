@@ -1,18 +1,15 @@
-//! The stand-in's HTTP surface: builds the axum router (`/__dev/*` control
-//! routes, everything else through the main_server emulation in
-//! `api_routes.rs`), the access gates both share (Host, then local access),
-//! and the small response helpers.
+//! What the stand-in's routes share: the state each handler sees, the
+//! access gates (Host, then local access), the body limit and the small
+//! response helpers.
 //!
-//! It owns no state and no listener: `server.rs` binds and serves.
+//! It owns no state and no listener, and knows no route: `router.rs`
+//! assembles the routes, `server.rs` binds and serves.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{ConnectInfo, DefaultBodyLimit, Request};
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -31,31 +28,6 @@ pub struct AppState {
     /// Cancelled when this listener stops, so held (delayed) answers end
     /// at once instead of keeping the port's connections alive.
     pub stop: CancellationToken,
-}
-
-/// The whole router of one listener generation.
-pub fn router(state: AppState) -> Router {
-    super::control::routes()
-        .layer(middleware::from_fn(dev_gate))
-        // axum's 2 MB default would answer its own 413 to `/__dev/` bodies
-        // main_server's limit lets through. The API fallback reads its body
-        // itself, with main_server's limit and answer.
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .fallback(super::api_routes::entry)
-        .with_state(state)
-}
-
-/// `/__dev/*` gets the same gates as the API, so the control surface is
-/// never reachable from another host either.
-async fn dev_gate(
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    req: Request,
-    next: Next,
-) -> Response {
-    match access_gates(peer, req.headers()) {
-        Some(refused) => refused,
-        None => next.run(req).await,
-    }
 }
 
 /// The gates main_server runs before anything else, in its order: the

@@ -12,15 +12,11 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use super::eviction::{CallOutcome, EVICTABLE_PREFIX, origin_of};
-use super::registry::Tool;
 use super::requests::fold_role;
 use super::state::Shared;
+use super::tool::Tool;
 use crate::contract::images::Image;
 use crate::contract::{Reading, read_answer, transport_failure};
-
-/// main_server's one httpx client holds at most this many connections for
-/// all callbacks together; a call past them waits for one (`PoolTimeout`).
-pub const MAX_CALLBACK_CONNECTIONS: usize = 20;
 
 /// `POST /__dev/invoke`: which tool to call and with what.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

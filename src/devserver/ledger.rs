@@ -17,7 +17,7 @@
 use serde::Serialize;
 
 use super::eviction::origin_of;
-use super::registry::Tool;
+use super::tool::Tool;
 
 /// One accepted registration: the tool as registered and its scope.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -109,7 +109,7 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::devserver::registry::Scope;
+    use crate::devserver::tool::Scope;
     use serde_json::json;
 
     fn tool(name: &str, source: &str, port: u16, scope: Scope) -> Tool {

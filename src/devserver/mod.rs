@@ -9,10 +9,11 @@
 //! main_server and never persists anything.
 //!
 //! Map: pure decisions in `callback_url`, `gates`, `pydantic`, `body`,
-//! `requests`, `registry`, `ledger`, `tool_api`, `eviction` (how an answer
+//! `requests`, `tool`, `registry`, `ledger`, `tool_api`, `eviction` (how an answer
 //! is read is `contract`, shared with the sidecar); state in
-//! `state`, `faults`, `request_log`; HTTP in `http`, `api_routes`,
-//! `control`; outgoing calls in `invoke`; lifecycle in `server`, `run`.
+//! `state`, `faults`, `request_log`; HTTP in `router` (which assembles
+//! `api_routes` and `control`) and `http` (what they share); outgoing
+//! calls in `invoke`; lifecycle in `server`, `run`.
 
 mod api_routes;
 mod body;
@@ -29,18 +30,21 @@ pub mod pydantic;
 pub mod registry;
 pub mod request_log;
 pub mod requests;
+mod router;
 mod run;
 mod server;
 mod state;
+pub mod tool;
 mod tool_api;
 
 pub use crate::contract::Reading;
 pub use builtin::{BUILTIN_SOURCE, BuiltinTool, RECALL_MEMORY, default_builtins};
 pub use invoke::{InvokeAnswer, InvokeError, InvokeRequest};
 pub use ledger::LedgerEntry;
-pub use registry::{RoleTools, Scope, Tool};
+pub use registry::RoleTools;
 pub use request_log::RequestRecord;
 pub use run::run_cli;
 pub use server::{
     DevServer, DevServerBuilder, DevServerError, DevServerHandle, RegistrySnapshot, default_roles,
 };
+pub use tool::{Scope, Tool};

@@ -19,45 +19,7 @@ use serde_json::{Value, json};
 
 use super::builtin::BuiltinTool;
 use super::ledger::Ledger;
-
-/// Whether an entry came from a global (`role: null`) or a role-scoped
-/// registration. main_server does not show this; the snapshot does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Scope {
-    Global,
-    Role,
-}
-
-/// One tool as one role holds it, with everything the server knows.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Tool {
-    pub name: String,
-    pub description: String,
-    pub parameters: Value,
-    /// `None` for built-in tools, which run inside main_server.
-    pub callback_url: Option<String>,
-    pub source: String,
-    pub timeout_seconds: f64,
-    pub is_remote: bool,
-    pub scope: Scope,
-}
-
-impl Tool {
-    /// The built-in tool as a registry entry.
-    pub fn from_builtin(b: &BuiltinTool) -> Self {
-        Tool {
-            name: b.name.clone(),
-            description: b.description.clone(),
-            parameters: b.parameters.clone(),
-            callback_url: None,
-            source: super::builtin::BUILTIN_SOURCE.to_owned(),
-            timeout_seconds: super::requests::DEFAULT_TIMEOUT_SECONDS,
-            is_remote: false,
-            scope: Scope::Global,
-        }
-    }
-}
+use super::tool::Tool;
 
 /// The tools of one role, in insertion order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -309,6 +271,7 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::devserver::tool::Scope;
     use serde_json::json;
 
     fn tool(name: &str, source: &str, url: &str, scope: Scope) -> Tool {

@@ -4,7 +4,7 @@
 //! re-bind the listener (main_server down, then up again).
 //!
 //! It owns the listener lifecycle only; request handling lives in
-//! `http.rs`, `api_routes.rs` and `control.rs`.
+//! `router.rs`, `http.rs`, `api_routes.rs` and `control.rs`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,12 +16,14 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::builtin::{BuiltinTool, default_builtins};
-use super::http::{AppState, router};
+use super::http::AppState;
 use super::invoke::{InvokeAnswer, InvokeError, InvokeRequest, invoke};
 use super::ledger::LedgerEntry;
-use super::registry::{RoleTools, Tool};
+use super::registry::RoleTools;
 use super::request_log::RequestRecord;
+use super::router::router;
 use super::state::Shared;
+use super::tool::Tool;
 
 /// How long a stopping listener waits for in-flight requests.
 const STOP_DEADLINE: Duration = Duration::from_secs(5);

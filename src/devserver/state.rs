@@ -22,6 +22,7 @@ use super::eviction::EvictionCounter;
 use super::faults::Faults;
 use super::registry::{Registry, UnknownRole};
 use super::request_log::RequestLog;
+use crate::contract::MAX_CALLBACK_CONNECTIONS;
 
 /// What a main_server restart wipes: the registry, its ledger and the
 /// eviction counts.
@@ -53,7 +54,7 @@ pub struct Shared {
     /// waits on a condition instead of sleeping.
     changes: watch::Sender<u64>,
     /// The connections of this server's one callback client
-    /// (`invoke::MAX_CALLBACK_CONNECTIONS`), as main_server's httpx client
+    /// (`contract::MAX_CALLBACK_CONNECTIONS`), as main_server's httpx client
     /// holds them: one pool per server, not per process.
     pub callback_connections: tokio::sync::Semaphore,
 }
@@ -78,9 +79,7 @@ impl Shared {
             log: Mutex::new(RequestLog::default()),
             builtins,
             changes: watch::channel(0).0,
-            callback_connections: tokio::sync::Semaphore::new(
-                super::invoke::MAX_CALLBACK_CONNECTIONS,
-            ),
+            callback_connections: tokio::sync::Semaphore::new(MAX_CALLBACK_CONNECTIONS),
         }
     }
 

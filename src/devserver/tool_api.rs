@@ -14,8 +14,9 @@
 use serde_json::{Value, json};
 
 use super::faults::Faults;
-use super::registry::{Registry, Scope, Tool, UnknownRole};
+use super::registry::{Registry, UnknownRole};
 use super::requests::{ClearRequest, RegisterRequest, UnregisterRequest};
+use super::tool::{Scope, Tool};
 
 /// The error a role reports when its sync is made to fail.
 pub const SYNC_FAILURE: &str = "session tool sync failed (injected by dev-server)";

@@ -9,7 +9,7 @@
 //! from an answer alone; the next GET judges.
 //!
 //! This module owns the timing (when a pass runs) and the trigger wiring;
-//! `pass` owns one pass (memory, status, concurrent requests); `clear` owns
+//! `pass` owns one pass (memory, registration states, concurrent requests); `clear` owns
 //! the shutdown clear. It never decides what to send (the planner does) and
 //! never parses HTTP (the client does).
 
@@ -29,7 +29,7 @@ use crate::client::Client;
 use crate::config::{AgentConfig, RegistrationConfig};
 use crate::desired::DesiredState;
 use crate::planner::Memory;
-use crate::status::StatusStore;
+use crate::registration::RegistrationStore;
 use crate::systemd::Heartbeat;
 
 pub use clear::{ClearError, ClearMethod, ClearReport, clear_source};
@@ -60,7 +60,7 @@ pub struct Engine {
     reg: RegistrationConfig,
     client: Client,
     url_for: UrlFor,
-    status: Arc<StatusStore>,
+    registration: Arc<RegistrationStore>,
     policy: BackoffPolicy,
     jitter: Jitter,
     desired: Arc<DesiredState>,
@@ -85,7 +85,7 @@ impl Engine {
         config: &AgentConfig,
         client: Client,
         url_for: UrlFor,
-        status: Arc<StatusStore>,
+        registration: Arc<RegistrationStore>,
     ) -> Result<Self, EngineError> {
         let reg = config.registration.clone();
         let policy = BackoffPolicy::new(reg.backoff_initial, reg.backoff_max)?;
@@ -94,7 +94,7 @@ impl Engine {
             reg,
             client,
             url_for,
-            status,
+            registration,
             policy,
             jitter: Jitter::random(),
             desired: Arc::new(DesiredState {
@@ -131,8 +131,8 @@ impl Engine {
         self
     }
 
-    pub fn status(&self) -> &Arc<StatusStore> {
-        &self.status
+    pub fn registration(&self) -> &Arc<RegistrationStore> {
+        &self.registration
     }
 
     /// Runs until `shutdown` is cancelled; returns at once when it is, even
@@ -209,7 +209,7 @@ impl Engine {
                 "the desired state was built for another source; its fingerprints will not match"
             );
         }
-        self.status.track(desired.tools.keys());
+        self.registration.track(desired.tools.keys());
         for name in desired.tools.keys() {
             if let Some(m) = self.memory.get_mut(name) {
                 m.removed_url = None;

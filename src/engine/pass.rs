@@ -2,7 +2,7 @@
 //! (concurrently, at most `max_in_flight` at once), record the answers.
 //!
 //! This is where answers turn into memory (what the planner reads next time)
-//! and into status. It never decides what to send (the planner does) and
+//! and into the registration store. It never decides what to send (the planner does) and
 //! never waits for a next pass (the loop in `mod.rs` does).
 
 use std::time::{Instant, SystemTime};
@@ -16,7 +16,7 @@ use crate::desired::{Fingerprint, register_body};
 use crate::planner::{
     self, Action, PlanContext, RegisterReason, Registered, Rejection, UnregisterReason, Verdict,
 };
-use crate::status::{RegistrationOutcome, ToolState};
+use crate::registration::{RegistrationOutcome, ToolState};
 
 /// One request to carry out, with what is needed to record its answer.
 enum Request {
@@ -65,7 +65,7 @@ impl Engine {
             Ok(o) => o,
             Err(e) => {
                 let delay = self.server_retry.failed(&self.policy, self.pass_unit);
-                self.status.main_server_failed(&e.to_string(), delay);
+                self.registration.main_server_failed(&e.to_string(), delay);
                 return Next::Unreachable(delay);
             }
         };
@@ -102,7 +102,7 @@ impl Engine {
         // Reachable only once the tools' states say what this GET showed:
         // otherwise a reader (readiness) could see main_server back and every
         // tool still `registered` from before a restart it has not judged.
-        self.status.main_server_ok();
+        self.registration.main_server_ok();
         for name in &plan.unconfirmed_removals {
             settled = false;
             self.failed(
@@ -127,7 +127,7 @@ impl Engine {
         if sent {
             self.execute(requests).await;
         }
-        self.status.pass_done(settled && !sent);
+        self.registration.pass_done(settled && !sent);
 
         if sent {
             Next::Confirm
@@ -144,7 +144,7 @@ impl Engine {
         }
     }
 
-    /// Status (and retry bookkeeping) for one verdict; true when settled.
+    /// The registration state (and retry bookkeeping) for one verdict; true when settled.
     fn record_verdict(&mut self, name: &str, verdict: &Verdict, now: Instant) -> bool {
         if matches!(
             verdict,
@@ -160,22 +160,22 @@ impl Engine {
                 if let Some(m) = self.memory.get_mut(name) {
                     m.retry_at = None;
                 }
-                self.status.set_tool(name, ToolState::Registered);
+                self.registration.set_tool(name, ToolState::Registered);
                 true
             }
             Verdict::Register(reason) => {
                 if matches!(reason, RegisterReason::Missing { .. }) {
-                    self.status.tool_missing(name);
+                    self.registration.tool_missing(name);
                 }
                 // A due retry stays `retrying` (with its attempt count) until
                 // it succeeds or fails again, instead of flipping to pending.
                 if !self.tool_retries.contains_key(name) {
-                    self.status.set_tool(name, ToolState::Pending);
+                    self.registration.set_tool(name, ToolState::Pending);
                 }
                 false
             }
             Verdict::Conflict(c) => {
-                self.status.set_tool(
+                self.registration.set_tool(
                     name,
                     ToolState::Conflict {
                         owner: c.owner.clone(),
@@ -192,15 +192,16 @@ impl Engine {
                     .and_then(|m| m.rejected.as_ref())
                     .map(|r| r.errors.clone())
                     .unwrap_or_default();
-                self.status.set_tool(name, ToolState::Rejected { errors });
+                self.registration
+                    .set_tool(name, ToolState::Rejected { errors });
                 true
             }
             Verdict::WaitingForRole(role) => {
-                self.status
+                self.registration
                     .set_tool(name, ToolState::WaitingForRole { role: role.clone() });
                 true
             }
-            // The status already says why (retrying, or waiting after a 404).
+            // The tool's state already says why (retrying, or waiting after a 404).
             Verdict::Retrying => false,
             Verdict::Unconfirmed => {
                 self.failed(
@@ -221,7 +222,7 @@ impl Engine {
         let attempt = retry.attempt();
         self.memory.entry(name.to_string()).or_default().retry_at = Some(now + delay);
         if self.desired.tools.contains_key(name) {
-            self.status.set_tool(
+            self.registration.set_tool(
                 name,
                 ToolState::Retrying {
                     last_error: error,
@@ -363,7 +364,7 @@ impl Engine {
                     // bypass the rate limit.
                     m.last_reclaim = Some(now);
                 }
-                self.status.count_registration(match &result {
+                self.registration.count_registration(match &result {
                     Ok(_) => RegistrationOutcome::Accepted,
                     Err(CallError {
                         kind: CallErrorKind::Rejected(_),
@@ -396,7 +397,8 @@ impl Engine {
                             callback_url,
                             errors: errors.clone(),
                         });
-                        self.status.set_tool(&name, ToolState::Rejected { errors });
+                        self.registration
+                            .set_tool(&name, ToolState::Rejected { errors });
                     }
                     Err(CallError {
                         kind: CallErrorKind::UnknownRole(role),
@@ -407,7 +409,7 @@ impl Engine {
                         let retry = self.tool_retries.entry(name.clone()).or_default();
                         let delay = retry.failed(&self.policy, self.pass_unit);
                         m.retry_at = Some(now + delay);
-                        self.status
+                        self.registration
                             .set_tool(&name, ToolState::WaitingForRole { role: Some(role) });
                     }
                     Err(e) => self.failed(&name, e.to_string(), now),

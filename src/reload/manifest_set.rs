@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::content::{self, ContentHash};
-use super::status::{FileHealth, FileStatus, ReloadStatus};
+use super::health::{FileHealth, FileReport, ManifestHealth};
 use crate::config::AgentConfig;
 use crate::desired::DesiredState;
 use crate::diag::{Diagnostic, Position, plural};
@@ -131,12 +131,12 @@ impl ManifestSet {
         Arc::clone(&self.desired)
     }
 
-    pub fn status(&self) -> ReloadStatus {
+    pub fn health(&self) -> ManifestHealth {
         let files = self
             .order
             .iter()
             .filter_map(|p| self.files.get(p).map(|r| (p, r)))
-            .map(|(path, r)| FileStatus {
+            .map(|(path, r)| FileReport {
                 path: path.clone(),
                 health: r.health,
                 since: r.since,
@@ -144,7 +144,7 @@ impl ManifestSet {
                 diagnostics: r.diagnostics.clone(),
             })
             .collect();
-        ReloadStatus {
+        ManifestHealth {
             files,
             directories: self.directories.clone(),
             tools: self.desired.len(),

@@ -1,7 +1,7 @@
 //! Manifest hot reload with keep-last-good per file.
 //!
 //! `ManifestSet` holds every file's last good version and the desired state
-//! they make (`manifest_set`; `status` is its view for operators),
+//! they make (`manifest_set`; `health` is its view for operators),
 //! `content` hashes what a manifest depends on, `dir_watch` turns
 //! file-system events into "rescan" and holds the debounce rule, and
 //! `Reloader` runs it all as one task that publishes the desired state on a
@@ -10,14 +10,14 @@
 
 mod content;
 mod dir_watch;
+mod health;
 mod manifest_set;
 mod reloader;
-mod status;
 
 pub use content::{ContentHash, schema_inputs};
 pub use dir_watch::is_rescan_trigger;
+pub use health::{FileHealth, FileReport, ManifestHealth};
 pub use manifest_set::{ManifestSet, ManifestSource, Rescan};
 pub use reloader::{
     ReloadHandle, ReloadSettings, ReloadSummary, Reloader, ReloaderStopped, SettingsError,
 };
-pub use status::{FileHealth, FileStatus, ReloadStatus};

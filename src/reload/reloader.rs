@@ -17,8 +17,8 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::dir_watch::{Debounce, DirWatch};
+use super::health::ManifestHealth;
 use super::manifest_set::{ManifestSet, Rescan};
-use super::status::ReloadStatus;
 use crate::desired::DesiredState;
 
 /// How the reloader watches.
@@ -90,7 +90,7 @@ impl ReloadSettings {
 pub struct ReloadSummary {
     /// The desired state was replaced (and published).
     pub changed: bool,
-    pub status: Arc<ReloadStatus>,
+    pub health: Arc<ManifestHealth>,
 }
 
 #[derive(Debug, Clone, Copy, thiserror::Error)]
@@ -105,7 +105,7 @@ pub struct Reloader {
     set: ManifestSet,
     settings: ReloadSettings,
     desired: watch::Sender<Arc<DesiredState>>,
-    status: watch::Sender<Arc<ReloadStatus>>,
+    health: watch::Sender<Arc<ManifestHealth>>,
     force: mpsc::Receiver<ForceRequest>,
     /// Woken by relevant file-system events (not debounced yet).
     dirty: Arc<Notify>,
@@ -115,11 +115,11 @@ pub struct Reloader {
 }
 
 /// What the rest of the daemon holds: the published desired state, the
-/// status, and the reload button. Cheap to clone.
+/// manifests' health, and the reload button. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct ReloadHandle {
     desired: watch::Receiver<Arc<DesiredState>>,
-    status: watch::Receiver<Arc<ReloadStatus>>,
+    health: watch::Receiver<Arc<ManifestHealth>>,
     force: mpsc::Sender<ForceRequest>,
 }
 
@@ -129,7 +129,7 @@ impl Reloader {
     /// rescan, so a change made after the set was loaded is never missed.
     pub fn new(set: ManifestSet, settings: ReloadSettings) -> (Self, ReloadHandle) {
         let (desired_tx, desired_rx) = watch::channel(set.desired());
-        let (status_tx, status_rx) = watch::channel(Arc::new(set.status()));
+        let (health_tx, health_rx) = watch::channel(Arc::new(set.health()));
         // Requests queue briefly at most: a reload answers each in turn.
         let (force_tx, force_rx) = mpsc::channel(8);
         let dirty = Arc::new(Notify::new());
@@ -152,14 +152,14 @@ impl Reloader {
                 set,
                 settings,
                 desired: desired_tx,
-                status: status_tx,
+                health: health_tx,
                 force: force_rx,
                 dirty,
                 dir_watch,
             },
             ReloadHandle {
                 desired: desired_rx,
-                status: status_rx,
+                health: health_rx,
                 force: force_tx,
             },
         )
@@ -171,7 +171,7 @@ impl Reloader {
             mut set,
             settings,
             desired,
-            status,
+            health,
             mut force,
             dirty,
             mut dir_watch,
@@ -234,12 +234,12 @@ impl Reloader {
                     return;
                 }
             };
-            let snapshot = Arc::new(set.status());
+            let snapshot = Arc::new(set.health());
             log(&rescan, &snapshot);
             if rescan.changed {
                 desired.send_replace(set.desired());
             }
-            status.send_replace(Arc::clone(&snapshot));
+            health.send_replace(Arc::clone(&snapshot));
             if let Some(w) = dir_watch.as_mut() {
                 w.refresh();
             }
@@ -247,14 +247,14 @@ impl Reloader {
                 // The asker may have given up; nothing to do then.
                 let _ = reply.send(ReloadSummary {
                     changed: rescan.changed,
-                    status: snapshot,
+                    health: snapshot,
                 });
             }
         }
     }
 }
 
-fn log(rescan: &Rescan, status: &ReloadStatus) {
+fn log(rescan: &Rescan, health: &ManifestHealth) {
     for d in &rescan.problems {
         if d.is_error() {
             tracing::error!("{d}");
@@ -266,7 +266,7 @@ fn log(rescan: &Rescan, status: &ReloadStatus) {
         tracing::info!("{n}");
     }
     if rescan.changed {
-        tracing::info!("desired state changed: {}", status.summary());
+        tracing::info!("desired state changed: {}", health.summary());
     }
 }
 
@@ -276,14 +276,14 @@ impl ReloadHandle {
         self.desired.clone()
     }
 
-    /// The status after the latest rescan.
-    pub fn status(&self) -> Arc<ReloadStatus> {
-        Arc::clone(&self.status.borrow())
+    /// The manifests' health after the latest rescan.
+    pub fn health(&self) -> Arc<ManifestHealth> {
+        Arc::clone(&self.health.borrow())
     }
 
-    /// The status, updated after every rescan.
-    pub fn status_updates(&self) -> watch::Receiver<Arc<ReloadStatus>> {
-        self.status.clone()
+    /// The manifests' health, updated after every rescan.
+    pub fn health_updates(&self) -> watch::Receiver<Arc<ManifestHealth>> {
+        self.health.clone()
     }
 
     /// Re-reads every manifest now, even unchanged ones, and returns when

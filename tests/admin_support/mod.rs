@@ -14,7 +14,7 @@ use neko_sidecar::admin::{self, AdminState};
 use neko_sidecar::config;
 use neko_sidecar::daemon::{self, Daemon, DaemonOptions};
 use neko_sidecar::devserver::{DevServer, DevServerHandle};
-use neko_sidecar::status::{StatusSnapshot, ToolState};
+use neko_sidecar::registration::{RegistrationSnapshot, ToolState};
 use serde_json::Value as Json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -147,9 +147,9 @@ impl Running {
     pub async fn wait(
         &self,
         what: &str,
-        pred: impl FnMut(&StatusSnapshot) -> bool,
-    ) -> StatusSnapshot {
-        match self.daemon.status.wait_until(WAIT, pred).await {
+        pred: impl FnMut(&RegistrationSnapshot) -> bool,
+    ) -> RegistrationSnapshot {
+        match self.daemon.registration.wait_until(WAIT, pred).await {
             Ok(s) => s,
             Err(s) => panic!("timed out waiting for {what}; last status: {s:#?}"),
         }
@@ -158,7 +158,7 @@ impl Running {
     /// Polls `/readyz` (status changes wake it) until it answers `code`.
     pub async fn wait_readyz(&self, code: u16) -> Json {
         let deadline = tokio::time::Instant::now() + WAIT;
-        let mut changes = self.daemon.status.subscribe();
+        let mut changes = self.daemon.registration.subscribe();
         loop {
             changes.mark_unchanged();
             let (got, body) = self.get("/readyz").await;

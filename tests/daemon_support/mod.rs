@@ -18,7 +18,7 @@ use std::time::Duration;
 use neko_sidecar::config;
 use neko_sidecar::daemon::{self, Daemon, DaemonOptions};
 use neko_sidecar::devserver::{DevServer, DevServerHandle, RegistrySnapshot, Tool};
-use neko_sidecar::status::StatusSnapshot;
+use neko_sidecar::registration::RegistrationSnapshot;
 use rustix::process::{Pid, Signal};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -489,8 +489,8 @@ impl Drop for InProcess {
 
 /// Waits until the daemon's status satisfies `pred`, on every change of
 /// it, for at most `WAIT`.
-pub async fn wait_status(d: &InProcess, what: &str, pred: impl Fn(&StatusSnapshot) -> bool) {
-    let status = &d.daemon().status;
+pub async fn wait_status(d: &InProcess, what: &str, pred: impl Fn(&RegistrationSnapshot) -> bool) {
+    let status = &d.daemon().registration;
     let mut changes = status.subscribe();
     let ok = tokio::time::timeout(WAIT, async {
         loop {

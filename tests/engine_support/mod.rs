@@ -17,7 +17,7 @@ use neko_sidecar::desired::{DesiredState, DesiredTool, Fingerprint};
 use neko_sidecar::devserver::{DevServer, DevServerHandle, RequestRecord};
 use neko_sidecar::engine::{Engine, UrlFor};
 use neko_sidecar::manifest::{LoadContext, parse_manifest};
-use neko_sidecar::status::{StatusSnapshot, StatusStore};
+use neko_sidecar::registration::{RegistrationSnapshot, RegistrationStore};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -149,7 +149,7 @@ pub fn url_for(port: u16, token: &str) -> UrlFor {
 
 /// An engine running in a task.
 pub struct Running {
-    pub status: Arc<StatusStore>,
+    pub status: Arc<RegistrationStore>,
     pub desired: watch::Sender<Arc<DesiredState>>,
     pub shutdown: CancellationToken,
     pub task: JoinHandle<Engine>,
@@ -167,7 +167,7 @@ pub fn start_engine(
     url_for: UrlFor,
     adjust: impl FnOnce(Engine) -> Engine,
 ) -> Running {
-    let status = Arc::new(StatusStore::new());
+    let status = Arc::new(RegistrationStore::new());
     let client = Client::new(&cfg.main_server).unwrap();
     let engine = Engine::new(cfg, client, url_for.clone(), status.clone()).unwrap();
     let mut engine = adjust(engine);
@@ -192,8 +192,8 @@ impl Running {
     pub async fn wait(
         &self,
         what: &str,
-        pred: impl FnMut(&StatusSnapshot) -> bool,
-    ) -> StatusSnapshot {
+        pred: impl FnMut(&RegistrationSnapshot) -> bool,
+    ) -> RegistrationSnapshot {
         match self.status.wait_until(WAIT, pred).await {
             Ok(s) => s,
             Err(s) => panic!("timed out waiting for {what}; last status: {s:#?}"),
@@ -201,7 +201,7 @@ impl Running {
     }
 
     /// Waits for `n` more completed passes.
-    pub async fn passes(&self, n: u64) -> StatusSnapshot {
+    pub async fn passes(&self, n: u64) -> RegistrationSnapshot {
         let start = self.status.snapshot().passes;
         self.wait(&format!("{n} more passes"), |s| s.passes >= start + n)
             .await
@@ -288,8 +288,8 @@ pub async fn unregister_foreign(url: &str, name: &str) {
 
 /// Every tool of `d` is `Registered` in the status (checked by name, so an
 /// engine that has not read its desired state yet does not pass).
-pub fn registered(s: &StatusSnapshot, d: &DesiredState) -> bool {
+pub fn registered(s: &RegistrationSnapshot, d: &DesiredState) -> bool {
     d.tools
         .keys()
-        .all(|n| s.state(n) == Some(&neko_sidecar::status::ToolState::Registered))
+        .all(|n| s.state(n) == Some(&neko_sidecar::registration::ToolState::Registered))
 }

@@ -1,7 +1,7 @@
-//! The status view of a manifest set: per file, whether its latest version
-//! is in use, since when, with which tools and problems.
+//! The health of a manifest set, as operators see it: per file, whether its
+//! latest version is in use, since when, with which tools and problems.
 //!
-//! Plain data, built by `ManifestSet::status` after every rescan and
+//! Plain data, built by `ManifestSet::health` after every rescan and
 //! published by the reloader; nothing here reads files or decides anything.
 
 use std::path::PathBuf;
@@ -19,9 +19,9 @@ pub enum FileHealth {
     Error,
 }
 
-/// One manifest file as a status view shows it.
+/// One manifest file's health, as operators see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileStatus {
+pub struct FileReport {
     pub path: PathBuf,
     pub health: FileHealth,
     /// When the file entered this health (or, in error, since these exact
@@ -34,18 +34,19 @@ pub struct FileStatus {
     pub diagnostics: Vec<Diagnostic>,
 }
 
-impl FileStatus {
+impl FileReport {
     /// In error, but an older version's tools are still served.
     pub fn serving_last_good(&self) -> bool {
         self.health == FileHealth::Error && !self.tools.is_empty()
     }
 }
 
-/// Every file's status after a rescan, for a status view or a health check.
+/// Every file's health after a rescan, for the operator's view (`/status`)
+/// or a readiness check.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ReloadStatus {
+pub struct ManifestHealth {
     /// In scan order.
-    pub files: Vec<FileStatus>,
+    pub files: Vec<FileReport>,
     /// Directories that cannot be read (their files keep their tools) or
     /// hold no manifests.
     pub directories: Vec<Diagnostic>,
@@ -54,7 +55,7 @@ pub struct ReloadStatus {
     pub rescans: u64,
 }
 
-impl ReloadStatus {
+impl ManifestHealth {
     pub fn files_in_error(&self) -> usize {
         self.files
             .iter()

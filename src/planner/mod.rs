@@ -516,5 +516,4 @@ fn plan_removals(
 }
 
 #[cfg(test)]
-#[path = "planner_tests.rs"]
 mod tests;

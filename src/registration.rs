@@ -1,6 +1,8 @@
-//! The registration status of every desired tool and of main_server itself,
-//! in one place, for the logs, for a status endpoint and for tests that wait
-//! for convergence.
+//! The registration state of every desired tool (`ToolState`, with its
+//! times in `ToolRegistration`) and main_server's reachability
+//! (`Reachability`), in one place: for the logs, for the operator's view
+//! (`/status`, `/metrics`, the systemd `STATUS=` line) and for tests that
+//! wait for convergence.
 //!
 //! The engine is the only writer; anyone may read a `snapshot()` or wait on
 //! `wait_until`. The store logs each state change once, when it happens, so
@@ -79,8 +81,9 @@ impl std::fmt::Display for ToolState {
     }
 }
 
+/// One tool's registration: its state and since when.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ToolStatus {
+pub struct ToolRegistration {
     pub state: ToolState,
     /// When the tool entered this state.
     pub since: SystemTime,
@@ -88,9 +91,9 @@ pub struct ToolStatus {
     pub last_registered: Option<SystemTime>,
 }
 
-/// main_server as the engine last saw it.
+/// main_server's reachability, as the engine last saw it.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct MainServerStatus {
+pub struct Reachability {
     /// `None` until the first GET finished.
     pub reachable: Option<bool>,
     /// The last failed GET's error, kept after recovery for diagnosis.
@@ -126,9 +129,9 @@ pub enum RegistrationOutcome {
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct StatusSnapshot {
-    pub tools: BTreeMap<String, ToolStatus>,
-    pub main_server: MainServerStatus,
+pub struct RegistrationSnapshot {
+    pub tools: BTreeMap<String, ToolRegistration>,
+    pub main_server: Reachability,
     /// Reconcile passes completed (a GET that answered, then its plan carried out).
     pub passes: u64,
     /// The last pass sent nothing and every tool is settled.
@@ -145,7 +148,7 @@ pub struct StatusSnapshot {
     pub loss_events: u64,
 }
 
-impl StatusSnapshot {
+impl RegistrationSnapshot {
     pub fn state(&self, name: &str) -> Option<&ToolState> {
         self.tools.get(name).map(|t| &t.state)
     }
@@ -160,7 +163,7 @@ impl StatusSnapshot {
 
 #[derive(Debug, Default)]
 struct Inner {
-    snap: StatusSnapshot,
+    snap: RegistrationSnapshot,
     /// When main_server was first seen down in the current outage.
     down_since: Option<Instant>,
     last_reminder: Option<Instant>,
@@ -168,21 +171,21 @@ struct Inner {
     lost_this_pass: u64,
 }
 
-/// The shared store; hand out `Arc<StatusStore>`.
+/// The shared store; hand out `Arc<RegistrationStore>`.
 #[derive(Debug)]
-pub struct StatusStore {
+pub struct RegistrationStore {
     inner: Mutex<Inner>,
     /// Bumped on every published change; waiters re-check on it.
     changes: watch::Sender<u64>,
 }
 
-impl Default for StatusStore {
+impl Default for RegistrationStore {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl StatusStore {
+impl RegistrationStore {
     pub fn new() -> Self {
         Self {
             inner: Mutex::new(Inner::default()),
@@ -192,15 +195,15 @@ impl StatusStore {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves plain data behind; reading
-        // it is still better than failing every status reader.
+        // it is still better than failing every reader.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn snapshot(&self) -> StatusSnapshot {
+    pub fn snapshot(&self) -> RegistrationSnapshot {
         self.lock().snap.clone()
     }
 
-    /// A receiver that changes whenever the status does.
+    /// A receiver that changes whenever the snapshot does.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
     }
@@ -210,8 +213,8 @@ impl StatusStore {
     pub async fn wait_until(
         &self,
         timeout: Duration,
-        mut pred: impl FnMut(&StatusSnapshot) -> bool,
-    ) -> Result<StatusSnapshot, StatusSnapshot> {
+        mut pred: impl FnMut(&RegistrationSnapshot) -> bool,
+    ) -> Result<RegistrationSnapshot, RegistrationSnapshot> {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut rx = self.subscribe();
         loop {
@@ -259,7 +262,7 @@ impl StatusStore {
         };
         inner.snap.tools.insert(
             name.to_string(),
-            ToolStatus {
+            ToolRegistration {
                 state,
                 since,
                 last_registered,
@@ -274,12 +277,12 @@ impl StatusStore {
         let mut inner = self.lock();
         let mut keep = BTreeMap::new();
         for name in names {
-            let status = inner.snap.tools.remove(name).unwrap_or(ToolStatus {
+            let tool = inner.snap.tools.remove(name).unwrap_or(ToolRegistration {
                 state: ToolState::Pending,
                 since: now,
                 last_registered: None,
             });
-            keep.insert(name.clone(), status);
+            keep.insert(name.clone(), tool);
         }
         for gone in inner.snap.tools.keys() {
             tracing::info!(tool = %gone, "tool is no longer desired");
@@ -442,7 +445,7 @@ mod tests {
 
     #[test]
     fn since_moves_only_when_the_kind_changes() {
-        let s = StatusStore::new();
+        let s = RegistrationStore::new();
         s.track([&"t".to_string()]);
         assert_eq!(s.snapshot().state("t"), Some(&ToolState::Pending));
         let retry = |attempt| ToolState::Retrying {
@@ -468,7 +471,7 @@ mod tests {
 
     #[test]
     fn track_adds_pending_and_forgets_the_undesired() {
-        let s = StatusStore::new();
+        let s = RegistrationStore::new();
         s.track([&"a".to_string(), &"b".to_string()]);
         s.set_tool("a", ToolState::Registered);
         s.track([&"a".to_string(), &"c".to_string()]);
@@ -480,7 +483,7 @@ mod tests {
 
     #[test]
     fn reachability_counts_failures_and_resets() {
-        let s = StatusStore::new();
+        let s = RegistrationStore::new();
         s.main_server_failed("refused", Duration::from_millis(1));
         s.main_server_failed("refused", Duration::from_millis(1));
         let ms = s.snapshot().main_server;
@@ -495,7 +498,7 @@ mod tests {
 
     #[test]
     fn converged_needs_every_tool_settled() {
-        let s = StatusStore::new();
+        let s = RegistrationStore::new();
         s.track([&"a".to_string()]);
         s.pass_done(true);
         assert!(!s.snapshot().converged);
@@ -508,7 +511,7 @@ mod tests {
 
     #[test]
     fn losses_count_registered_tools_and_one_event_per_pass() {
-        let s = StatusStore::new();
+        let s = RegistrationStore::new();
         s.track([&"a".to_string(), &"b".to_string(), &"c".to_string()]);
         s.set_tool("a", ToolState::Registered);
         s.set_tool("b", ToolState::Registered);
@@ -526,7 +529,7 @@ mod tests {
 
     #[test]
     fn registrations_are_counted_by_outcome() {
-        let s = StatusStore::new();
+        let s = RegistrationStore::new();
         s.count_registration(RegistrationOutcome::Accepted);
         s.count_registration(RegistrationOutcome::Accepted);
         s.count_registration(RegistrationOutcome::Failed);
@@ -539,7 +542,7 @@ mod tests {
 
     #[tokio::test]
     async fn wait_until_wakes_on_a_change_and_times_out_otherwise() {
-        let s = std::sync::Arc::new(StatusStore::new());
+        let s = std::sync::Arc::new(RegistrationStore::new());
         let s2 = s.clone();
         let waiter = tokio::spawn(async move {
             s2.wait_until(Duration::from_secs(10), |snap| snap.passes >= 1)

@@ -1,13 +1,13 @@
 //! The one-line summary systemd shows (`STATUS=`): "12/12 tools registered",
-//! "main_server unreachable, retry in 3 s". Pure: built from a status
+//! "main_server unreachable, retry in 3 s". Pure: built from a registration
 //! snapshot, sent by the daemon only when it changes.
 
 use std::time::SystemTime;
 
-use crate::status::{StatusSnapshot, ToolState};
+use crate::registration::{RegistrationSnapshot, ToolState};
 
 /// The summary of a snapshot, at `now`.
-pub fn summary(snap: &StatusSnapshot, now: SystemTime) -> String {
+pub fn summary(snap: &RegistrationSnapshot, now: SystemTime) -> String {
     if snap.main_server.reachable == Some(false) {
         let retry = snap
             .main_server
@@ -57,18 +57,18 @@ pub fn summary(snap: &StatusSnapshot, now: SystemTime) -> String {
 
 /// Whether the summary changes with time alone (a "retry in N s"
 /// countdown); every other part changes only with the snapshot.
-pub fn counts_down(snap: &StatusSnapshot) -> bool {
+pub fn counts_down(snap: &RegistrationSnapshot) -> bool {
     snap.main_server.reachable == Some(false) && snap.main_server.next_attempt_at.is_some()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{MainServerStatus, ToolStatus};
+    use crate::registration::{Reachability, ToolRegistration};
     use std::time::Duration;
 
-    fn tool(state: ToolState) -> ToolStatus {
-        ToolStatus {
+    fn tool(state: ToolState) -> ToolRegistration {
+        ToolRegistration {
             state,
             since: SystemTime::UNIX_EPOCH,
             last_registered: None,
@@ -77,7 +77,7 @@ mod tests {
 
     #[test]
     fn counts_registered_and_the_rest() {
-        let mut snap = StatusSnapshot::default();
+        let mut snap = RegistrationSnapshot::default();
         snap.main_server.reachable = Some(true);
         snap.tools.insert("a".into(), tool(ToolState::Registered));
         snap.tools.insert("b".into(), tool(ToolState::Registered));
@@ -101,8 +101,8 @@ mod tests {
     #[test]
     fn unreachable_says_when_it_retries() {
         let now = SystemTime::now();
-        let snap = StatusSnapshot {
-            main_server: MainServerStatus {
+        let snap = RegistrationSnapshot {
+            main_server: Reachability {
                 reachable: Some(false),
                 failed_attempts: 4,
                 next_attempt_at: Some(now + Duration::from_millis(2500)),

@@ -1,0 +1,294 @@
+//! The subcommands, carried out: each one's runtime, its outcome and the
+//! exit code that says it.
+//!
+//! Two stages, so that the binary keeps only parsing and logging:
+//! [`Invocation::prepare`] takes the parsed command line and loads what the
+//! logging depends on (the daemon's config), and [`Invocation::run`] runs
+//! the command and maps its outcome to the exit codes `main.rs` lists.
+//! Output goes to stdout (a closed pipe is not an error) and failures to
+//! stderr; everything else is the library function that owns the command.
+
+use std::error::Error;
+use std::future::Future;
+use std::io::Write;
+use std::process::ExitCode;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::{CallArgs, CheckArgs, Cli, Command, DemoArgs, DevServerArgs, StatusArgs};
+use crate::config::AgentConfig;
+use crate::logging::LogFormat;
+use crate::{admin, check, config, daemon, demo, devserver, systemd};
+
+/// Exit status for an invalid config (sysexits' EX_CONFIG); the systemd
+/// unit does not restart on it.
+pub const EX_CONFIG: u8 = 78;
+
+/// Exit status of a command that could not do its job: `status` without an
+/// admin endpoint, `call` that could not call.
+const EX_CLIENT_FAILURE: u8 = 2;
+
+/// The logging a command wants, for `logging::init`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSettings {
+    pub format: LogFormat,
+    /// The config's level (or the command's own).
+    pub level: String,
+    /// A level given on the command line, which wins over `RUST_LOG`.
+    pub flag_level: Option<String>,
+}
+
+/// A parsed subcommand, ready to run: for `run`, with its config loaded
+/// and valid.
+#[derive(Debug)]
+pub struct Invocation {
+    command: Prepared,
+    log: Option<LogSettings>,
+}
+
+#[derive(Debug)]
+enum Prepared {
+    Check(CheckArgs),
+    Run(Box<AgentConfig>),
+    Demo(DemoArgs),
+    Status(StatusArgs),
+    Call(CallArgs),
+    DevServer(DevServerArgs),
+}
+
+impl Invocation {
+    /// Loads what the command needs before logging can start. An invalid
+    /// daemon config is printed with every problem and ends here, with
+    /// [`EX_CONFIG`].
+    pub fn prepare(cli: Cli) -> Result<Self, ExitCode> {
+        let (command, log) = match cli.command {
+            Command::Check(args) => (Prepared::Check(args), None),
+            Command::Status(args) => (Prepared::Status(args), None),
+            Command::Call(args) => (Prepared::Call(args), None),
+            Command::DevServer(args) => (Prepared::DevServer(args), Some(text_log("info", None))),
+            Command::Demo(args) => {
+                let level = if args.verbose { "info" } else { "warn" };
+                let log = text_log(level, Some(level));
+                (Prepared::Demo(args), Some(log))
+            }
+            Command::Run(args) => {
+                let (cfg, diags) = config::load(&args.config);
+                for d in &diags {
+                    eprintln!("{d}");
+                }
+                let Some(cfg) = cfg else {
+                    eprintln!(
+                        "neko-sidecar: the agent config {} is invalid; `neko-sidecar check --config {}` lists every problem",
+                        args.config.display(),
+                        args.config.display()
+                    );
+                    return Err(ExitCode::from(EX_CONFIG));
+                };
+                let format = match args.log_format.as_deref() {
+                    Some("json") => LogFormat::Json,
+                    Some(_) => LogFormat::Text,
+                    None => cfg.log.format,
+                };
+                let log = LogSettings {
+                    format,
+                    level: cfg.log.level.clone(),
+                    flag_level: args.log_level,
+                };
+                (Prepared::Run(Box::new(cfg)), Some(log))
+            }
+        };
+        Ok(Self { command, log })
+    }
+
+    /// The logging to install before [`run`](Self::run); `None` for the
+    /// commands that only print (`check`, `status`, `call`).
+    pub fn log_settings(&self) -> Option<&LogSettings> {
+        self.log.as_ref()
+    }
+
+    /// Runs the command to its end and says how it went.
+    pub fn run(self) -> ExitCode {
+        match self.command {
+            Prepared::Check(args) => {
+                let loaded = check::load_all(&args.config);
+                let (text, ok) = check::render(&loaded, args.verbose);
+                print_or_exit(&text);
+                exit_unless(ok, 1)
+            }
+            Prepared::Run(cfg) => block_on(run_daemon(*cfg)),
+            Prepared::Demo(args) => {
+                let opts = demo::DemoOptions {
+                    keep_running: args.keep_running,
+                    report: args.report,
+                };
+                let mut all_ok = true;
+                let code = block_on(async {
+                    all_ok = demo::run(opts).await?;
+                    Ok(())
+                });
+                if code == ExitCode::SUCCESS && !all_ok {
+                    ExitCode::from(1)
+                } else {
+                    code
+                }
+            }
+            Prepared::Status(args) => {
+                let r = on_client_runtime(admin::status(
+                    &args.config,
+                    args.admin.as_deref(),
+                    args.json,
+                ));
+                match r {
+                    Ok(Ok(report)) => {
+                        print_or_exit(&report.text);
+                        exit_unless(report.ready, 1)
+                    }
+                    Ok(Err(e)) => client_failure(&e),
+                    Err(e) => client_failure(&e),
+                }
+            }
+            Prepared::Call(args) => {
+                let opts = admin::CallOptions {
+                    tool: args.tool,
+                    args: args.args,
+                    raw_args: args.raw_args,
+                };
+                let r = on_client_runtime(admin::call(&args.config, args.admin.as_deref(), &opts));
+                match r {
+                    Ok(Ok(report)) => {
+                        let text = serde_json::to_string_pretty(&report.answer)
+                            .unwrap_or_else(|_| report.answer.to_string());
+                        print_or_exit(&format!("{text}\n"));
+                        exit_unless(!report.is_error, 1)
+                    }
+                    Ok(Err(e)) => client_failure(&e),
+                    Err(e) => client_failure(&e),
+                }
+            }
+            Prepared::DevServer(args) => block_on(async move {
+                devserver::run_cli(args).await?;
+                Ok(())
+            }),
+        }
+    }
+}
+
+fn text_log(level: &str, flag_level: Option<&str>) -> LogSettings {
+    LogSettings {
+        format: LogFormat::Text,
+        level: level.to_owned(),
+        flag_level: flag_level.map(str::to_owned),
+    }
+}
+
+/// Success when `ok`, otherwise `code`.
+fn exit_unless(ok: bool, code: u8) -> ExitCode {
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(code)
+    }
+}
+
+/// `neko-sidecar run`: the daemon until SIGTERM/SIGINT.
+async fn run_daemon(cfg: AgentConfig) -> Result<(), Box<dyn Error>> {
+    let notifier = systemd::Notifier::from_env().unwrap_or_else(|e| {
+        tracing::warn!("systemd notifications are off: {e}");
+        systemd::Notifier::disabled()
+    });
+    let shutdown = CancellationToken::new();
+    // Signal handlers first: a SIGTERM during start-up must still run the
+    // shutdown path, not kill the process with its tools registered.
+    let (reload_tx, reload_rx) = daemon::reload_channel();
+    daemon::signals::install(shutdown.clone(), reload_tx.clone())?;
+    let opts = daemon::DaemonOptions {
+        notifier: Some(notifier),
+        callback_listener: None,
+        reloads: Some((reload_tx, reload_rx)),
+    };
+    let daemon = daemon::start(cfg, opts, shutdown.clone()).await?;
+    admin::start_for(&daemon, &shutdown).await;
+    daemon.wait().await;
+    Ok(())
+}
+
+/// Runs a client command's future on a small single-threaded runtime.
+fn on_client_runtime<F: Future>(fut: F) -> Result<F::Output, std::io::Error> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    Ok(runtime.block_on(fut))
+}
+
+/// `status` and `call` could not do their job: exit 2.
+fn client_failure(e: &dyn std::fmt::Display) -> ExitCode {
+    eprintln!("neko-sidecar: {e}");
+    ExitCode::from(EX_CLIENT_FAILURE)
+}
+
+/// Runs a future on a fresh single-threaded runtime and maps its result.
+///
+/// One thread is enough for every command: the daemon's calls run on the
+/// callback server's own worker threads, which leaves the engine, reloads
+/// and the admin endpoint to this one; the stand-in main_server and the
+/// demo are test peers. The work-stealing pool this replaced cost an idle
+/// daemon about 2 MiB of resident memory on two CPUs (BENCHMARKS.md,
+/// "Idle"): a worker thread per CPU, each with its stack and its allocator
+/// heap holding freed memory, and libm, which only its statistics used.
+/// Blocking work (reading manifests) goes to `spawn_blocking`.
+fn block_on(fut: impl Future<Output = Result<(), Box<dyn Error>>>) -> ExitCode {
+    let built = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let runtime = match built {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("neko-sidecar: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(fut) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("neko-sidecar: {}", with_causes(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error and each of its causes, joined by ": ".
+fn with_causes(e: &dyn Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
+/// Prints to stdout; a closed pipe (`check | head`) is not an error.
+fn print_or_exit(text: &str) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("neko-sidecar: cannot write to stdout: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn an_error_is_shown_with_its_causes() {
+        let e = Outer(std::io::Error::other("inner"));
+        assert_eq!(with_causes(&e), "outer: inner");
+    }
+}

@@ -1,0 +1,51 @@
+//! One tool as main_server holds it (`Tool`), and whether it came from a
+//! global or a role-scoped registration (`Scope`): the entries of the
+//! registry and of the ledger.
+//!
+//! Plain data, below both: neither `registry.rs` nor `ledger.rs` is needed
+//! to read it.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::builtin::{BUILTIN_SOURCE, BuiltinTool};
+use super::requests::DEFAULT_TIMEOUT_SECONDS;
+
+/// Whether an entry came from a global (`role: null`) or a role-scoped
+/// registration. main_server does not show this; the snapshot does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    Global,
+    Role,
+}
+
+/// One tool as one role holds it, with everything the server knows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Tool {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+    /// `None` for built-in tools, which run inside main_server.
+    pub callback_url: Option<String>,
+    pub source: String,
+    pub timeout_seconds: f64,
+    pub is_remote: bool,
+    pub scope: Scope,
+}
+
+impl Tool {
+    /// The built-in tool as a registry entry.
+    pub fn from_builtin(b: &BuiltinTool) -> Self {
+        Tool {
+            name: b.name.clone(),
+            description: b.description.clone(),
+            parameters: b.parameters.clone(),
+            callback_url: None,
+            source: BUILTIN_SOURCE.to_owned(),
+            timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
+            is_remote: false,
+            scope: Scope::Global,
+        }
+    }
+}
