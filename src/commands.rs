@@ -228,13 +228,10 @@ fn client_failure(e: &dyn std::fmt::Display) -> ExitCode {
 
 /// Runs a future on a fresh single-threaded runtime and maps its result.
 ///
-/// One thread is enough for every command: the daemon's calls run on the
-/// callback server's own worker threads, which leaves the engine, reloads
-/// and the admin endpoint to this one; the stand-in main_server and the
-/// demo are test peers. The work-stealing pool this replaced cost an idle
-/// daemon about 2 MiB of resident memory on two CPUs (BENCHMARKS.md,
-/// "Idle"): a worker thread per CPU, each with its stack and its allocator
-/// heap holding freed memory, and libm, which only its statistics used.
+/// One thread is enough for every command: the daemon's work (calls that
+/// mostly wait for handlers, the engine, reloads, the admin endpoint) is
+/// waiting, and a work-stealing pool would cost an idle daemon a thread per
+/// CPU, each with its stack and allocator heap (BENCHMARKS.md, "Idle").
 /// Blocking work (reading manifests) goes to `spawn_blocking`.
 fn block_on(fut: impl Future<Output = Result<(), Box<dyn Error>>>) -> ExitCode {
     let built = tokio::runtime::Builder::new_current_thread()
