@@ -19,7 +19,7 @@ use std::time::Duration;
 
 /// A validated backoff policy: the first ceiling and the cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BackoffPolicy {
+pub(crate) struct BackoffPolicy {
     initial: Duration,
     max: Duration,
 }
@@ -37,7 +37,7 @@ pub enum BackoffError {
 impl BackoffPolicy {
     /// Refuses `initial > max` and a zero `initial` (which would make every
     /// ceiling zero: a busy loop).
-    pub fn new(initial: Duration, max: Duration) -> Result<Self, BackoffError> {
+    pub(crate) fn new(initial: Duration, max: Duration) -> Result<Self, BackoffError> {
         if initial.is_zero() {
             return Err(BackoffError::ZeroInitial);
         }
@@ -47,18 +47,10 @@ impl BackoffPolicy {
         Ok(Self { initial, max })
     }
 
-    pub fn initial(&self) -> Duration {
-        self.initial
-    }
-
-    pub fn max(&self) -> Duration {
-        self.max
-    }
-
     /// The ceiling of the delay before retry number `attempt` (1-based):
     /// `initial * 2^(attempt-1)`, capped at `max`. Saturates instead of
     /// overflowing, however many attempts there were.
-    pub fn ceiling(&self, attempt: u32) -> Duration {
+    pub(crate) fn ceiling(&self, attempt: u32) -> Duration {
         let doublings = attempt.saturating_sub(1).min(63);
         let factor = 1u64 << doublings;
         let nanos = self.initial.as_nanos().saturating_mul(u128::from(factor));
@@ -69,7 +61,7 @@ impl BackoffPolicy {
     /// Full jitter: a delay uniformly in `[0, ceiling]`, from `unit` in
     /// `[0, 1]`. Out-of-range or NaN units are clamped, so the delay can
     /// never pass the cap whatever the random source returns.
-    pub fn delay(&self, attempt: u32, unit: f64) -> Duration {
+    pub(crate) fn delay(&self, attempt: u32, unit: f64) -> Duration {
         let unit = if unit.is_nan() {
             1.0
         } else {
@@ -86,7 +78,7 @@ pub struct Jitter(std::sync::Arc<dyn Fn() -> f64 + Send + Sync>);
 impl Jitter {
     /// Uniform in `[0, 1)` from a thread-local fast RNG (not cryptographic:
     /// it only spreads retries).
-    pub fn random() -> Self {
+    pub(crate) fn random() -> Self {
         Self(std::sync::Arc::new(fastrand::f64))
     }
 
@@ -95,7 +87,7 @@ impl Jitter {
         Self(std::sync::Arc::new(move || unit))
     }
 
-    pub fn unit(&self) -> f64 {
+    pub(crate) fn unit(&self) -> f64 {
         (self.0)()
     }
 }
@@ -109,7 +101,7 @@ impl std::fmt::Debug for Jitter {
 /// The one helper through which the policy is used: the attempt counter of
 /// one retried thing (main_server's reachability, or one tool).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Retry {
+pub(crate) struct Retry {
     attempt: u32,
 }
 
@@ -117,18 +109,18 @@ impl Retry {
     /// Counts a failure and returns the delay before the next try, from a
     /// random `unit` in `[0, 1]` (see `Jitter`). Things that failed together
     /// may share one unit, so that they are retried together, in one pass.
-    pub fn failed(&mut self, policy: &BackoffPolicy, unit: f64) -> Duration {
+    pub(crate) fn failed(&mut self, policy: &BackoffPolicy, unit: f64) -> Duration {
         self.attempt = self.attempt.saturating_add(1);
         policy.delay(self.attempt, unit)
     }
 
     /// Success: the next failure starts again from the initial ceiling.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.attempt = 0;
     }
 
     /// Failures since the last success.
-    pub fn attempt(&self) -> u32 {
+    pub(crate) fn attempt(&self) -> u32 {
         self.attempt
     }
 }

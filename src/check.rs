@@ -15,21 +15,17 @@ use crate::manifest::{self, LoadContext, ManifestFile};
 
 /// Everything the daemon would load, and every problem found on the way.
 #[derive(Debug)]
-pub struct Loaded {
+pub(crate) struct Loaded {
     pub config: Option<AgentConfig>,
     pub files: Vec<ManifestFile>,
     pub desired: Option<DesiredState>,
     pub diagnostics: Vec<Diagnostic>,
 }
 
-impl Loaded {
-    pub fn has_errors(&self) -> bool {
-        self.diagnostics.iter().any(Diagnostic::is_error)
-    }
-}
-
 /// Loads the manifests named by a valid config.
-pub fn load_manifests(cfg: &AgentConfig) -> (Vec<ManifestFile>, DesiredState, Vec<Diagnostic>) {
+pub(crate) fn load_manifests(
+    cfg: &AgentConfig,
+) -> (Vec<ManifestFile>, DesiredState, Vec<Diagnostic>) {
     let (paths, mut diags) = manifest::scan::manifest_files(&cfg.manifest_dirs);
     let ctx = LoadContext {
         allow_remote_handlers: cfg.handlers.allow_remote,
@@ -46,7 +42,7 @@ pub fn load_manifests(cfg: &AgentConfig) -> (Vec<ManifestFile>, DesiredState, Ve
 /// Loads the config and every manifest it names. A config with errors still
 /// names its manifest directories (bad values fall back to defaults), so the
 /// manifests are checked too and every problem is reported in one run.
-pub fn load_all(config_path: &Path) -> Loaded {
+pub(crate) fn load_all(config_path: &Path) -> Loaded {
     let (config, mut diagnostics) = config::load_partial(config_path);
     let Some(cfg) = config else {
         return Loaded {
@@ -68,7 +64,7 @@ pub fn load_all(config_path: &Path) -> Loaded {
 }
 
 /// The text `check` prints, and whether the deployment is valid.
-pub fn render(loaded: &Loaded, verbose: bool) -> (String, bool) {
+pub(crate) fn render(loaded: &Loaded, verbose: bool) -> (String, bool) {
     let mut out = String::new();
     for d in &loaded.diagnostics {
         let _ = writeln!(out, "{d}");

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 /// The default agent config path, as packaged for systemd.
-pub const DEFAULT_CONFIG_PATH: &str = "/etc/neko-sidecar/agent.toml";
+pub(crate) const DEFAULT_CONFIG_PATH: &str = "/etc/neko-sidecar/agent.toml";
 
 #[derive(Debug, Parser)]
 #[command(

@@ -15,10 +15,10 @@ use serde_json::{Value as Json, json};
 
 use crate::config::MainServerConfig;
 
-pub const REGISTER: &str = "/api/tools/register";
-pub const UNREGISTER: &str = "/api/tools/unregister";
-pub const CLEAR: &str = "/api/tools/clear";
-pub const LIST: &str = "/api/tools";
+pub(crate) const REGISTER: &str = "/api/tools/register";
+pub(crate) const UNREGISTER: &str = "/api/tools/unregister";
+pub(crate) const CLEAR: &str = "/api/tools/clear";
+pub(crate) const LIST: &str = "/api/tools";
 
 /// How much of an unexpected answer's body is kept for messages.
 const BODY_SNIPPET: usize = 300;
@@ -97,7 +97,7 @@ impl std::fmt::Display for FieldError {
 
 /// The successful answer of register, unregister or clear.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub affected_roles: Vec<String>,
     /// Non-empty on partial success (`ok:true` with some roles failing).
     pub failed_roles: Vec<FailedRole>,
@@ -138,7 +138,7 @@ pub enum CallErrorKind {
 
 impl CallErrorKind {
     /// Worth retrying as is: the same request may succeed later.
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         matches!(
             self,
             Self::Unreachable(_)
@@ -221,29 +221,29 @@ impl Client {
         })
     }
 
-    pub fn base_url(&self) -> &str {
-        &self.base
-    }
-
     /// `POST /api/tools/register` with a body from `desired::register_body`.
-    pub async fn register(&self, body: &Json) -> Result<Reply, CallError> {
+    pub(crate) async fn register(&self, body: &Json) -> Result<Reply, CallError> {
         self.post(REGISTER, body).await
     }
 
     /// `POST /api/tools/unregister`; `role: None` removes the name from every role.
-    pub async fn unregister(&self, name: &str, role: Option<&str>) -> Result<Reply, CallError> {
+    pub(crate) async fn unregister(
+        &self,
+        name: &str,
+        role: Option<&str>,
+    ) -> Result<Reply, CallError> {
         self.post(UNREGISTER, &json!({"name": name, "role": role}))
             .await
     }
 
     /// `POST /api/tools/clear` for every role; `removed` counts (tool, role) pairs.
-    pub async fn clear(&self, source: &str) -> Result<Reply, CallError> {
+    pub(crate) async fn clear(&self, source: &str) -> Result<Reply, CallError> {
         self.post(CLEAR, &json!({"source": source, "role": null}))
             .await
     }
 
     /// `GET /api/tools`: every role and its tools.
-    pub async fn list(&self) -> Result<Observed, CallError> {
+    pub(crate) async fn list(&self) -> Result<Observed, CallError> {
         let err = |kind| CallError { route: LIST, kind };
         let resp = self
             .http

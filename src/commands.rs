@@ -22,7 +22,7 @@ use crate::{admin, check, config, daemon, demo, devserver, systemd};
 
 /// Exit status for an invalid config (sysexits' EX_CONFIG); the systemd
 /// unit does not restart on it.
-pub const EX_CONFIG: u8 = 78;
+pub(crate) const EX_CONFIG: u8 = 78;
 
 /// Exit status of a command that could not do its job: `status` without an
 /// admin endpoint, `call` that could not call.

@@ -16,10 +16,10 @@ use crate::diag::{Diagnostic, SourceText};
 use crate::logging::{LogFormat, parse_filter};
 use crate::tomldoc::{self, TableReader};
 
-pub const DEFAULT_MAIN_SERVER_URL: &str = "http://127.0.0.1:48911";
+pub(crate) const DEFAULT_MAIN_SERVER_URL: &str = "http://127.0.0.1:48911";
 
 /// The default `[handlers] max_output_bytes`: 8 MiB.
-pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 8 << 20;
+pub(crate) const DEFAULT_MAX_OUTPUT_BYTES: usize = 8 << 20;
 
 /// What to do when a tool name we want is registered by someone else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +109,7 @@ pub struct AdminConfig {
     pub listen: Option<SocketAddr>,
 }
 
-pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:48931";
+pub(crate) const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:48931";
 
 /// How manifest changes are noticed.
 #[derive(Debug, Clone, PartialEq)]
@@ -150,7 +150,7 @@ pub fn load(path: &Path) -> (Option<AgentConfig>, Vec<Diagnostic>) {
 /// that `check` can go on to the manifests and report everything at once.
 /// `None` only when the file cannot be read or is not TOML. Never run a
 /// daemon on a partial config.
-pub fn load_partial(path: &Path) -> (Option<AgentConfig>, Vec<Diagnostic>) {
+pub(crate) fn load_partial(path: &Path) -> (Option<AgentConfig>, Vec<Diagnostic>) {
     match crate::diag::read_utf8(path, "the agent config") {
         Ok(text) => parse_partial(path, &text),
         Err(d) => (None, vec![d]),
@@ -568,7 +568,7 @@ fn validate_listen(
 /// `.` components are dropped so messages read `tools/x.sh`, not
 /// `tools/./x.sh`; `..` is kept (dropping it would change the meaning across
 /// symlinks).
-pub fn absolutize(base: &Path, p: &str) -> PathBuf {
+pub(crate) fn absolutize(base: &Path, p: &str) -> PathBuf {
     let p = Path::new(p);
     let joined = if p.is_absolute() {
         p.to_path_buf()
@@ -588,7 +588,7 @@ pub fn absolutize(base: &Path, p: &str) -> PathBuf {
 
 /// The absolute form of a path, for what runs (a process's cwd or program),
 /// where a path relative to our own working directory would break.
-pub fn runtime_path(p: &Path) -> PathBuf {
+pub(crate) fn runtime_path(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 

@@ -52,7 +52,7 @@ impl fmt::Debug for Fingerprint {
 }
 
 /// The body of `POST /api/tools/register` for a tool.
-pub fn register_body(spec: &ToolSpec, source: &str, callback_url: &str) -> Json {
+pub(crate) fn register_body(spec: &ToolSpec, source: &str, callback_url: &str) -> Json {
     json!({
         "name": spec.name,
         "description": spec.description,

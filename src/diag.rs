@@ -49,7 +49,11 @@ pub struct Diagnostic {
 }
 
 impl Diagnostic {
-    pub fn error(path: &Path, position: Option<Position>, message: impl Into<String>) -> Self {
+    pub(crate) fn error(
+        path: &Path,
+        position: Option<Position>,
+        message: impl Into<String>,
+    ) -> Self {
         Self {
             path: path.to_path_buf(),
             position,
@@ -59,7 +63,11 @@ impl Diagnostic {
         }
     }
 
-    pub fn warning(path: &Path, position: Option<Position>, message: impl Into<String>) -> Self {
+    pub(crate) fn warning(
+        path: &Path,
+        position: Option<Position>,
+        message: impl Into<String>,
+    ) -> Self {
         Self {
             path: path.to_path_buf(),
             position,
@@ -70,7 +78,7 @@ impl Diagnostic {
     }
 
     /// Sort this (another file's) diagnostic at `anchor`.
-    pub fn anchored(mut self, anchor: Position) -> Self {
+    pub(crate) fn anchored(mut self, anchor: Position) -> Self {
         self.anchor = Some(anchor);
         self
     }
@@ -107,20 +115,20 @@ impl fmt::Display for Diagnostic {
 
 /// Maps byte offsets of one text to line/column positions.
 #[derive(Debug, Clone)]
-pub struct LineIndex {
+pub(crate) struct LineIndex {
     /// Byte offset at which each line starts.
     starts: Vec<usize>,
 }
 
 impl LineIndex {
-    pub fn new(text: &str) -> Self {
+    pub(crate) fn new(text: &str) -> Self {
         let mut starts = vec![0];
         starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
         Self { starts }
     }
 
     /// The position of a byte offset in `text` (the same text given to `new`).
-    pub fn position(&self, text: &str, offset: usize) -> Position {
+    pub(crate) fn position(&self, text: &str, offset: usize) -> Position {
         let offset = offset.min(text.len());
         let line = match self.starts.binary_search(&offset) {
             Ok(i) => i,
@@ -143,14 +151,14 @@ impl LineIndex {
 /// A text being diagnosed: its path, its contents and a line index, so that
 /// spans turn into `PATH:LINE:COL` in one call.
 #[derive(Debug)]
-pub struct SourceText<'a> {
+pub(crate) struct SourceText<'a> {
     pub path: &'a Path,
     pub text: &'a str,
     index: LineIndex,
 }
 
 impl<'a> SourceText<'a> {
-    pub fn new(path: &'a Path, text: &'a str) -> Self {
+    pub(crate) fn new(path: &'a Path, text: &'a str) -> Self {
         Self {
             path,
             text,
@@ -158,15 +166,15 @@ impl<'a> SourceText<'a> {
         }
     }
 
-    pub fn position(&self, span: &Range<usize>) -> Position {
+    pub(crate) fn position(&self, span: &Range<usize>) -> Position {
         self.index.position(self.text, span.start)
     }
 
-    pub fn error(&self, span: &Range<usize>, message: impl Into<String>) -> Diagnostic {
+    pub(crate) fn error(&self, span: &Range<usize>, message: impl Into<String>) -> Diagnostic {
         Diagnostic::error(self.path, Some(self.position(span)), message)
     }
 
-    pub fn warning(&self, span: &Range<usize>, message: impl Into<String>) -> Diagnostic {
+    pub(crate) fn warning(&self, span: &Range<usize>, message: impl Into<String>) -> Diagnostic {
         Diagnostic::warning(self.path, Some(self.position(span)), message)
     }
 }
@@ -174,7 +182,7 @@ impl<'a> SourceText<'a> {
 /// Reads a text file that must be UTF-8; `what` names it in messages
 /// ("the manifest", "the agent config"). A bad byte is located by line and
 /// column like any other problem.
-pub fn read_utf8(path: &Path, what: &str) -> Result<String, Diagnostic> {
+pub(crate) fn read_utf8(path: &Path, what: &str) -> Result<String, Diagnostic> {
     let bytes = std::fs::read(path)
         .map_err(|e| Diagnostic::error(path, None, format!("cannot read {what}: {e}")))?;
     String::from_utf8(bytes).map_err(|e| {
@@ -194,13 +202,13 @@ pub fn read_utf8(path: &Path, what: &str) -> Result<String, Diagnostic> {
 }
 
 /// Counts of a diagnostic list, for summaries.
-pub fn count(diags: &[Diagnostic]) -> (usize, usize) {
+pub(crate) fn count(diags: &[Diagnostic]) -> (usize, usize) {
     let errors = diags.iter().filter(|d| d.is_error()).count();
     (errors, diags.len() - errors)
 }
 
 /// "2 errors", "1 warning": plural-aware counts for summaries.
-pub fn plural(n: usize, word: &str) -> String {
+pub(crate) fn plural(n: usize, word: &str) -> String {
     if n == 1 {
         format!("{n} {word}")
     } else {

@@ -6,12 +6,12 @@
 use std::time::Duration;
 
 /// What every duration error ends with, so users learn the format at once.
-pub const ALLOWED: &str =
+pub(crate) const ALLOWED: &str =
     "a number followed by a unit: ms, s, m or h (for example \"250ms\", \"2s\", \"1.5m\")";
 
 /// Parses a duration such as `"250ms"` or `"1.5s"`. Zero is allowed here;
 /// callers that need a positive value check that themselves.
-pub fn parse(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -49,7 +49,7 @@ pub fn parse(text: &str) -> Result<Duration, String> {
 }
 
 /// Formats a duration the way the config accepts it, for messages.
-pub fn display(d: Duration) -> String {
+pub(crate) fn display(d: Duration) -> String {
     let ms = d.as_millis();
     if ms % 1000 != 0 || ms == 0 {
         format!("{ms}ms")

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use crate::client::FieldError;
 
 /// How often a still-unreachable main_server is mentioned again.
-pub const UNREACHABLE_REMINDER: Duration = Duration::from_secs(60);
+pub(crate) const UNREACHABLE_REMINDER: Duration = Duration::from_secs(60);
 
 /// Where one tool stands.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,13 +48,13 @@ pub enum ToolState {
 
 impl ToolState {
     /// States that need nothing more from us until the world changes.
-    pub fn is_settled(&self) -> bool {
+    pub(crate) fn is_settled(&self) -> bool {
         !matches!(self, ToolState::Pending | ToolState::Retrying { .. })
     }
 
     /// The state's name: `pending`, `registered`, `conflict`, `rejected`,
     /// `waiting_for_role` or `retrying`.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             ToolState::Pending => "pending",
             ToolState::Registered => "registered",
@@ -121,7 +121,7 @@ pub struct RegistrationCounts {
 
 /// How one register request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RegistrationOutcome {
+pub(crate) enum RegistrationOutcome {
     Accepted,
     Rejected,
     UnknownRole,
@@ -240,7 +240,7 @@ impl RegistrationStore {
     }
 
     /// Sets a tool's state, logging the change once.
-    pub fn set_tool(&self, name: &str, state: ToolState) {
+    pub(crate) fn set_tool(&self, name: &str, state: ToolState) {
         let now = SystemTime::now();
         let mut inner = self.lock();
         let prev = inner.snap.tools.get(name).cloned();
@@ -272,7 +272,7 @@ impl RegistrationStore {
 
     /// Makes sure a newly desired tool is listed (as pending) and forgets
     /// tools no longer desired.
-    pub fn track<'a>(&self, names: impl IntoIterator<Item = &'a String>) {
+    pub(crate) fn track<'a>(&self, names: impl IntoIterator<Item = &'a String>) {
         let now = SystemTime::now();
         let mut inner = self.lock();
         let mut keep = BTreeMap::new();
@@ -291,7 +291,7 @@ impl RegistrationStore {
     }
 
     /// A GET answered.
-    pub fn main_server_ok(&self) {
+    pub(crate) fn main_server_ok(&self) {
         let mut inner = self.lock();
         let ms = &mut inner.snap.main_server;
         match ms.reachable {
@@ -319,7 +319,7 @@ impl RegistrationStore {
 
     /// A GET failed: one warning at the start of an outage, then a reminder
     /// with the count every `UNREACHABLE_REMINDER`, never a line per retry.
-    pub fn main_server_failed(&self, error: &str, retry_in: Duration) {
+    pub(crate) fn main_server_failed(&self, error: &str, retry_in: Duration) {
         let now = Instant::now();
         let mut inner = self.lock();
         let first = inner.snap.main_server.reachable != Some(false);
@@ -351,7 +351,7 @@ impl RegistrationStore {
     }
 
     /// Counts how a register request ended; published with the pass.
-    pub fn count_registration(&self, outcome: RegistrationOutcome) {
+    pub(crate) fn count_registration(&self, outcome: RegistrationOutcome) {
         let mut inner = self.lock();
         let c = &mut inner.snap.registrations;
         let n = match outcome {
@@ -365,7 +365,7 @@ impl RegistrationStore {
 
     /// The GET does not list a tool where it should be. Counted as lost
     /// only when it was registered; call before its state is changed.
-    pub fn tool_missing(&self, name: &str) {
+    pub(crate) fn tool_missing(&self, name: &str) {
         let mut inner = self.lock();
         if inner.snap.state(name) == Some(&ToolState::Registered) {
             inner.snap.tools_lost = inner.snap.tools_lost.saturating_add(1);
@@ -374,7 +374,7 @@ impl RegistrationStore {
     }
 
     /// A pass is done; publish everything it set.
-    pub fn pass_done(&self, converged: bool) {
+    pub(crate) fn pass_done(&self, converged: bool) {
         let mut inner = self.lock();
         let lost = std::mem::take(&mut inner.lost_this_pass);
         if lost > 0 {

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 /// Remove them from the environment of child processes (exec handlers), so
 /// that a handler using an sd_notify library cannot speak for the service;
 /// `NotifyAccess=main` makes systemd ignore it anyway.
-pub const SERVICE_ONLY_ENV: [&str; 3] = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"];
+pub(crate) const SERVICE_ONLY_ENV: [&str; 3] = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"];
 
 /// A notification that could not be delivered. The daemon logs it and goes
 /// on: a missing notification must never stop the service itself.
@@ -69,7 +69,7 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Notifier {
     /// A notifier that sends nothing (not running under systemd).
-    pub fn disabled() -> Self {
+    pub(crate) fn disabled() -> Self {
         Self::default()
     }
 
@@ -239,7 +239,7 @@ impl Heartbeat {
     }
 
     /// How long ago the last beat was; `None` before the first one.
-    pub fn age(&self) -> Option<Duration> {
+    pub(crate) fn age(&self) -> Option<Duration> {
         match self.last.load(Ordering::Acquire) {
             0 => None,
             n => Some(

@@ -18,13 +18,13 @@ use crate::diag::{Diagnostic, SourceText};
 use crate::duration;
 
 /// A string with the span it came from.
-pub type SpannedString = (String, Range<usize>);
+pub(crate) type SpannedString = (String, Range<usize>);
 
 /// A TOML value with its span.
-pub type Item<'i> = Spanned<DeValue<'i>>;
+pub(crate) type Item<'i> = Spanned<DeValue<'i>>;
 
 /// The article-prefixed type name of a value, for messages ("a string").
-pub fn type_name(v: &DeValue<'_>) -> &'static str {
+pub(crate) fn type_name(v: &DeValue<'_>) -> &'static str {
     match v {
         DeValue::String(_) => "a string",
         DeValue::Integer(_) => "an integer",
@@ -37,7 +37,7 @@ pub fn type_name(v: &DeValue<'_>) -> &'static str {
 }
 
 /// Parses a TOML document, turning a syntax error into a located diagnostic.
-pub fn parse<'i>(src: &SourceText<'i>) -> Result<Spanned<DeTable<'i>>, Diagnostic> {
+pub(crate) fn parse<'i>(src: &SourceText<'i>) -> Result<Spanned<DeTable<'i>>, Diagnostic> {
     DeTable::parse(src.text).map_err(|e| {
         let span = e.span().unwrap_or(0..0);
         // toml's message is multi-line with its own excerpt; keep the first
@@ -48,7 +48,7 @@ pub fn parse<'i>(src: &SourceText<'i>) -> Result<Spanned<DeTable<'i>>, Diagnosti
 }
 
 /// Typed access to one TOML table, recording a diagnostic for each problem.
-pub struct TableReader<'a, 'i> {
+pub(crate) struct TableReader<'a, 'i> {
     pub src: &'a SourceText<'a>,
     pub table: &'a DeTable<'i>,
     /// Where the table starts, for "missing key" errors.
@@ -59,7 +59,7 @@ pub struct TableReader<'a, 'i> {
 }
 
 impl<'a, 'i> TableReader<'a, 'i> {
-    pub fn new(
+    pub(crate) fn new(
         src: &'a SourceText<'a>,
         table: &'a DeTable<'i>,
         span: Range<usize>,
@@ -75,7 +75,7 @@ impl<'a, 'i> TableReader<'a, 'i> {
         }
     }
 
-    pub fn get(&self, key: &str) -> Option<&'a Item<'i>> {
+    pub(crate) fn get(&self, key: &str) -> Option<&'a Item<'i>> {
         let table: &'a DeTable<'i> = self.table;
         table
             .iter()
@@ -83,12 +83,12 @@ impl<'a, 'i> TableReader<'a, 'i> {
             .map(|(_, v)| v)
     }
 
-    pub fn error(&mut self, span: &Range<usize>, message: impl Into<String>) {
+    pub(crate) fn error(&mut self, span: &Range<usize>, message: impl Into<String>) {
         let d = self.src.error(span, message);
         self.diags.push(d);
     }
 
-    pub fn warning(&mut self, span: &Range<usize>, message: impl Into<String>) {
+    pub(crate) fn warning(&mut self, span: &Range<usize>, message: impl Into<String>) {
         let d = self.src.warning(span, message);
         self.diags.push(d);
     }
@@ -100,13 +100,13 @@ impl<'a, 'i> TableReader<'a, 'i> {
     }
 
     /// Reports a missing required key at the start of the table.
-    pub fn missing(&mut self, key: &str, hint: &str) {
+    pub(crate) fn missing(&mut self, key: &str, hint: &str) {
         let msg = format!("{} is missing the required key `{key}`: {hint}", self.what);
         let span = self.span.clone();
         self.error(&span, msg);
     }
 
-    pub fn string(&mut self, key: &str) -> Option<(String, Range<usize>)> {
+    pub(crate) fn string(&mut self, key: &str) -> Option<(String, Range<usize>)> {
         let item = self.get(key)?;
         match item.get_ref() {
             DeValue::String(s) => Some((s.to_string(), item.span())),
@@ -117,7 +117,7 @@ impl<'a, 'i> TableReader<'a, 'i> {
         }
     }
 
-    pub fn boolean(&mut self, key: &str) -> Option<(bool, Range<usize>)> {
+    pub(crate) fn boolean(&mut self, key: &str) -> Option<(bool, Range<usize>)> {
         let item = self.get(key)?;
         match item.get_ref() {
             DeValue::Boolean(b) => Some((*b, item.span())),
@@ -128,7 +128,7 @@ impl<'a, 'i> TableReader<'a, 'i> {
         }
     }
 
-    pub fn integer(&mut self, key: &str) -> Option<(i64, Range<usize>)> {
+    pub(crate) fn integer(&mut self, key: &str) -> Option<(i64, Range<usize>)> {
         let item = self.get(key)?;
         match item.get_ref() {
             DeValue::Integer(i) => match i64::from_str_radix(i.as_str(), i.radix()) {
@@ -147,7 +147,7 @@ impl<'a, 'i> TableReader<'a, 'i> {
     }
 
     /// An integer or a float, as f64.
-    pub fn number(&mut self, key: &str) -> Option<(f64, Range<usize>)> {
+    pub(crate) fn number(&mut self, key: &str) -> Option<(f64, Range<usize>)> {
         let item = self.get(key)?;
         match number_of(item.get_ref()) {
             Some(n) if n.is_finite() => Some((n, item.span())),
@@ -163,7 +163,7 @@ impl<'a, 'i> TableReader<'a, 'i> {
         }
     }
 
-    pub fn table(&mut self, key: &str) -> Option<(&'a DeTable<'i>, Range<usize>)> {
+    pub(crate) fn table(&mut self, key: &str) -> Option<(&'a DeTable<'i>, Range<usize>)> {
         let item = self.get(key)?;
         match item.get_ref() {
             DeValue::Table(t) => Some((t, item.span())),
@@ -175,7 +175,7 @@ impl<'a, 'i> TableReader<'a, 'i> {
     }
 
     /// An array of strings; reports each non-string element.
-    pub fn string_array(&mut self, key: &str) -> Option<(Vec<SpannedString>, Range<usize>)> {
+    pub(crate) fn string_array(&mut self, key: &str) -> Option<(Vec<SpannedString>, Range<usize>)> {
         let item = self.get(key)?;
         let DeValue::Array(arr) = item.get_ref() else {
             self.wrong_type(key, item, "an array of strings");
@@ -202,7 +202,7 @@ impl<'a, 'i> TableReader<'a, 'i> {
     }
 
     /// A duration string such as "2s".
-    pub fn duration(&mut self, key: &str) -> Option<(Duration, Range<usize>)> {
+    pub(crate) fn duration(&mut self, key: &str) -> Option<(Duration, Range<usize>)> {
         let item = self.get(key)?;
         let DeValue::String(s) = item.get_ref() else {
             let msg = format!(
@@ -225,7 +225,7 @@ impl<'a, 'i> TableReader<'a, 'i> {
     }
 
     /// Reports every key not in `known`, suggesting the closest known key.
-    pub fn deny_unknown(&mut self, known: &[&str]) {
+    pub(crate) fn deny_unknown(&mut self, known: &[&str]) {
         let table: &'a DeTable<'i> = self.table;
         for (k, _) in table.iter() {
             let key = k.get_ref().as_ref();
@@ -256,7 +256,7 @@ fn number_of(v: &DeValue<'_>) -> Option<f64> {
 }
 
 /// The closest known word to `word`, when it is close enough to be a typo.
-pub fn suggest<'k>(word: &str, known: &[&'k str]) -> Option<&'k str> {
+pub(crate) fn suggest<'k>(word: &str, known: &[&'k str]) -> Option<&'k str> {
     // A shortened key ("timeout" for "timeout_seconds") is a typo too.
     if word.len() >= 4 {
         if let Some(k) = known.iter().find(|k| k.starts_with(word)) {
@@ -274,7 +274,11 @@ pub fn suggest<'k>(word: &str, known: &[&'k str]) -> Option<&'k str> {
 /// Converts a TOML value to JSON, for inline JSON Schemas. Datetimes and
 /// non-finite floats have no JSON form: each is reported and the conversion
 /// fails.
-pub fn to_json(src: &SourceText<'_>, item: &Item<'_>, diags: &mut Vec<Diagnostic>) -> Option<Json> {
+pub(crate) fn to_json(
+    src: &SourceText<'_>,
+    item: &Item<'_>,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<Json> {
     match item.get_ref() {
         DeValue::String(s) => Some(Json::String(s.to_string())),
         DeValue::Boolean(b) => Some(Json::Bool(*b)),
@@ -332,7 +336,7 @@ pub fn to_json(src: &SourceText<'_>, item: &Item<'_>, diags: &mut Vec<Diagnostic
 /// The span of the value at a JSON pointer inside a TOML value, so schema
 /// errors in an inline `parameters` table point at the right line.
 /// Falls back to the nearest enclosing value that exists.
-pub fn span_at_pointer(item: &Item<'_>, pointer: &str) -> Range<usize> {
+pub(crate) fn span_at_pointer(item: &Item<'_>, pointer: &str) -> Range<usize> {
     let mut cur = item;
     for raw in pointer.split('/').skip(1) {
         let seg = raw.replace("~1", "/").replace("~0", "~");

@@ -24,7 +24,7 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What to call, and with what.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallOptions {
+pub(crate) struct CallOptions {
     pub tool: String,
     /// JSON text of the arguments (checked to be JSON); `{}` when absent.
     pub args: Option<String>,
@@ -34,7 +34,7 @@ pub struct CallOptions {
 
 /// What the model would see, and whether it is an error.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CallReport {
+pub(crate) struct CallReport {
     /// `model_text` (exactly what the model reads), `tool`, `call_id`,
     /// `output`, `is_error`, `error`, `images` (a count), `warnings`,
     /// `took_ms`.
@@ -43,7 +43,7 @@ pub struct CallReport {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum CallError {
+pub(crate) enum CallError {
     #[error(transparent)]
     Admin(#[from] ClientError),
     #[error("the sidecar serves no tool named `{tool}`; it serves: {known}")]
@@ -68,7 +68,7 @@ fn raw_arguments(opts: &CallOptions) -> Result<String, CallError> {
 }
 
 /// Calls `opts.tool` through the sidecar of `config` (or at `admin`).
-pub async fn call(
+pub(crate) async fn call(
     config: &Path,
     admin: Option<&str>,
     opts: &CallOptions,

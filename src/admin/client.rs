@@ -16,7 +16,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why the admin endpoints could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum ClientError {
+pub(crate) enum ClientError {
     #[error("cannot use the agent config {path}:\n{problems}")]
     Config { path: PathBuf, problems: String },
     #[error(
@@ -41,7 +41,7 @@ pub enum ClientError {
 
 /// The admin base URL (`http://HOST:PORT`, no trailing slash): `admin` when
 /// given, else the config's `[admin] listen`.
-pub fn admin_url(config_path: &Path, admin: Option<&str>) -> Result<String, ClientError> {
+pub(crate) fn admin_url(config_path: &Path, admin: Option<&str>) -> Result<String, ClientError> {
     if let Some(given) = admin {
         return normalise(given);
     }
@@ -82,13 +82,13 @@ fn normalise(given: &str) -> Result<String, ClientError> {
 
 /// Reads a sidecar's admin endpoints.
 #[derive(Debug, Clone)]
-pub struct AdminClient {
+pub(crate) struct AdminClient {
     base: String,
     http: reqwest::Client,
 }
 
 impl AdminClient {
-    pub fn new(base: impl Into<String>) -> Result<Self, ClientError> {
+    pub(crate) fn new(base: impl Into<String>) -> Result<Self, ClientError> {
         let http = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             // The sidecar is on this machine; a proxy would only get in the way.
@@ -101,12 +101,8 @@ impl AdminClient {
         })
     }
 
-    pub fn base(&self) -> &str {
-        &self.base
-    }
-
     /// `GET /status`, as its text (for `--json`) and read.
-    pub async fn status(&self) -> Result<(String, StatusView), ClientError> {
+    pub(crate) async fn status(&self) -> Result<(String, StatusView), ClientError> {
         let url = format!("{}/status", self.base);
         let unreachable = |e: reqwest::Error| ClientError::Unreachable {
             url: url.clone(),

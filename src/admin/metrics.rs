@@ -27,7 +27,7 @@ const STATES: [&str; 6] = [
 ];
 
 /// Renders a scrape.
-pub fn render(s: &Sample) -> String {
+pub(crate) fn render(s: &Sample) -> String {
     let mut e = Exposition::new();
     build_info(&mut e, s);
     main_server(&mut e, s);

@@ -25,15 +25,7 @@ mod status_cmd;
 mod time;
 mod view;
 
-pub use call_cmd::{CallError, CallOptions, CallReport, call};
-pub use client::{AdminClient, ClientError, admin_url};
-pub use metrics::render as render_metrics;
-pub use readiness::{Readiness, judge};
+pub(crate) use call_cmd::{CallOptions, call};
 pub use sample::{AdminState, Sample};
 pub use server::{AdminError, serve, spawn, start_for};
-pub use status_cmd::{StatusReport, render_status, status};
-pub use time::rfc3339;
-pub use view::{
-    DiagnosticView, FileView, MainServerView, ManifestsView, StateView, StatusView, ToolView,
-    build as build_view,
-};
+pub(crate) use status_cmd::status;

@@ -9,11 +9,11 @@
 use std::fmt::Write;
 
 /// The `Content-Type` of a scrape answer.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// A family's type, as `# TYPE` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Counter,
     Gauge,
     Histogram,
@@ -31,18 +31,18 @@ impl Kind {
 
 /// The text being written.
 #[derive(Debug, Default)]
-pub struct Exposition {
+pub(crate) struct Exposition {
     out: String,
 }
 
 impl Exposition {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Starts a family. Counter names end in `_total` by convention; the
     /// caller passes the full name.
-    pub fn family(&mut self, name: &str, kind: Kind, help: &str) {
+    pub(crate) fn family(&mut self, name: &str, kind: Kind, help: &str) {
         debug_assert!(is_metric_name(name), "bad metric name {name:?}");
         debug_assert!(kind != Kind::Counter || name.ends_with("_total"), "{name}");
         let _ = writeln!(self.out, "# HELP {name} {}", escape_help(help));
@@ -50,7 +50,7 @@ impl Exposition {
     }
 
     /// One sample line: `name{labels} value`.
-    pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+    pub(crate) fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
         self.out.push_str(name);
         if !labels.is_empty() {
             self.out.push('{');
@@ -70,7 +70,7 @@ impl Exposition {
 
     /// A histogram's samples from per-bucket (not cumulative) counts:
     /// `bounds.len() + 1` of them, the last for +Inf.
-    pub fn histogram(
+    pub(crate) fn histogram(
         &mut self,
         name: &str,
         labels: &[(&str, &str)],
@@ -93,14 +93,14 @@ impl Exposition {
         self.sample(&format!("{name}_count"), labels, cumulative as f64);
     }
 
-    pub fn finish(self) -> String {
+    pub(crate) fn finish(self) -> String {
         self.out
     }
 }
 
 /// A value as Go's `strconv.ParseFloat` reads it: integers without a
 /// fraction, `+Inf`, `-Inf`, `NaN`.
-pub fn format_value(v: f64) -> String {
+pub(crate) fn format_value(v: f64) -> String {
     if v.is_nan() {
         "NaN".to_owned()
     } else if v.is_infinite() {
@@ -112,7 +112,7 @@ pub fn format_value(v: f64) -> String {
 }
 
 /// Label values escape backslash, double quote and line feed.
-pub fn escape_label_value(v: &str) -> String {
+pub(crate) fn escape_label_value(v: &str) -> String {
     let mut s = String::with_capacity(v.len());
     for c in v.chars() {
         match c {

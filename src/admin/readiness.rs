@@ -25,14 +25,14 @@ const NAMED_TOOLS: usize = 10;
 
 /// The verdict, as `/readyz` answers it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     pub ready: bool,
     /// Why not; empty when ready.
     pub reasons: Vec<String>,
 }
 
 /// Judges a sample.
-pub fn judge(sample: &Sample) -> Readiness {
+pub(crate) fn judge(sample: &Sample) -> Readiness {
     let mut reasons = Vec::new();
     if sample.manifests.rescans == 0 {
         reasons.push("the manifests have not been loaded yet".to_owned());

@@ -38,7 +38,7 @@ pub struct AdminState {
 
 impl AdminState {
     /// The state of a daemon starting now, with this crate's version.
-    pub fn new(
+    pub(crate) fn new(
         registration: Arc<RegistrationStore>,
         callbacks: CallbackHandle,
         reload: ReloadHandle,
@@ -69,7 +69,7 @@ impl AdminState {
     }
 
     /// Reads every source once.
-    pub fn sample(&self) -> Sample {
+    pub(crate) fn sample(&self) -> Sample {
         let desired = Arc::clone(&self.reload.desired().borrow());
         let callback_urls = desired
             .tools

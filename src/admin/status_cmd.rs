@@ -18,13 +18,13 @@ const ERROR_CHARS: usize = 80;
 
 /// What the command prints, and whether the sidecar is ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StatusReport {
+pub(crate) struct StatusReport {
     pub text: String,
     pub ready: bool,
 }
 
 /// Reads `/status` from the sidecar of `config` (or at `admin`).
-pub async fn status(
+pub(crate) async fn status(
     config: &Path,
     admin: Option<&str>,
     json: bool,
@@ -47,7 +47,7 @@ pub async fn status(
 }
 
 /// The human-readable report.
-pub fn render_status(v: &StatusView) -> String {
+pub(crate) fn render_status(v: &StatusView) -> String {
     let mut out = String::new();
     let ms = &v.main_server;
     let reach = match ms.reachable {

@@ -21,7 +21,7 @@ use crate::reload::{FileHealth, FileReport};
 
 /// The whole `/status` document.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StatusView {
+pub(crate) struct StatusView {
     pub version: String,
     pub source: String,
     pub started_at: String,
@@ -39,7 +39,7 @@ pub struct StatusView {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MainServerView {
+pub(crate) struct MainServerView {
     pub url: String,
     /// `null` until the first GET finished.
     pub reachable: Option<bool>,
@@ -53,7 +53,7 @@ pub struct MainServerView {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct EngineView {
+pub(crate) struct EngineView {
     pub passes: u64,
     pub converged: bool,
     pub registrations: RegistrationsView,
@@ -64,7 +64,7 @@ pub struct EngineView {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RegistrationsView {
+pub(crate) struct RegistrationsView {
     pub accepted: u64,
     pub rejected: u64,
     pub unknown_role: u64,
@@ -73,7 +73,7 @@ pub struct RegistrationsView {
 
 /// One tool; `state` and its details are flattened in (see [`StateView`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolView {
+pub(crate) struct ToolView {
     pub name: String,
     /// `null`: every role.
     pub role: Option<String>,
@@ -102,7 +102,7 @@ pub struct ToolView {
 /// A tool's state with the details of that state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
-pub enum StateView {
+pub(crate) enum StateView {
     Pending,
     Registered,
     Conflict {
@@ -128,7 +128,7 @@ pub enum StateView {
 
 impl StateView {
     /// The state's name, as in the JSON.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             StateView::Pending => "pending",
             StateView::Registered => "registered",
@@ -141,7 +141,7 @@ impl StateView {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ManifestsView {
+pub(crate) struct ManifestsView {
     pub rescans: u64,
     /// Desired tools across all files.
     pub tools: usize,
@@ -152,7 +152,7 @@ pub struct ManifestsView {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FileView {
+pub(crate) struct FileView {
     pub path: String,
     /// `ok` or `error`.
     pub health: String,
@@ -164,7 +164,7 @@ pub struct FileView {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DiagnosticView {
+pub(crate) struct DiagnosticView {
     /// `error` or `warning`.
     pub severity: String,
     pub path: String,
@@ -176,7 +176,7 @@ pub struct DiagnosticView {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RejectionsView {
+pub(crate) struct RejectionsView {
     pub forbidden_peer: u64,
     pub body_too_large: u64,
     pub unknown_token: u64,
@@ -184,7 +184,7 @@ pub struct RejectionsView {
 }
 
 /// Builds the document from one sample.
-pub fn build(sample: &Sample) -> StatusView {
+pub(crate) fn build(sample: &Sample) -> StatusView {
     let readiness = judge(sample);
     let s = &sample.registration;
     let ms = &s.main_server;

@@ -19,7 +19,7 @@ use super::validate::{check_arguments, parse_request};
 
 /// Answers one call. `arrived` is when the request reached the sidecar:
 /// the deadline counts from there, as main_server's timeout does.
-pub async fn answer(
+pub(crate) async fn answer(
     ctx: &HandlerContext,
     route: Arc<Route>,
     body: Bytes,

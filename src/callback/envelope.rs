@@ -35,7 +35,7 @@ pub struct Envelope {
 
 impl Envelope {
     /// A successful answer carrying `output`.
-    pub fn ok(output: Json) -> Self {
+    pub(crate) fn ok(output: Json) -> Self {
         Self {
             output,
             is_error: false,
@@ -46,13 +46,13 @@ impl Envelope {
 
     /// A failure made by the sidecar: `code` is a stable tag, `message` the
     /// sentence the model reads.
-    pub fn failure(code: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn failure(code: &str, message: impl Into<String>) -> Self {
         Self::failure_with(code, message, Map::new())
     }
 
     /// A failure with extra structured fields in `output` (e.g. the list of
     /// argument problems), next to `error` and `code`.
-    pub fn failure_with(
+    pub(crate) fn failure_with(
         code: &str,
         message: impl Into<String>,
         details: Map<String, Json>,
@@ -191,7 +191,7 @@ fn says_nothing(output: &Json) -> bool {
 /// says nothing, an `error` key in an object that has none (else `reason`),
 /// and any other value wrapped as main_server wraps one,
 /// `{"result": value, "error": reason}`.
-pub fn reason_in_output(mut output: Json, reason: &str) -> Json {
+pub(crate) fn reason_in_output(mut output: Json, reason: &str) -> Json {
     if !says_nothing(&output) && model_reads(&output, reason) {
         return output;
     }

@@ -44,7 +44,7 @@ const STDOUT_QUOTE_BYTES: usize = 300;
 const OUTPUT_SETTLE: Duration = Duration::from_millis(200);
 
 /// Runs the handler for one call.
-pub async fn call(
+pub(crate) async fn call(
     ctx: &HandlerContext,
     h: &ExecHandler,
     call: &Invocation<'_>,

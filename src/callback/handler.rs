@@ -21,7 +21,7 @@ use crate::manifest::{Handler, ToolSpec};
 /// Why a handler gave no usable answer. Each message is a sentence the
 /// model reads.
 #[derive(Debug, thiserror::Error)]
-pub enum HandlerError {
+pub(crate) enum HandlerError {
     #[error("the handler did not answer within {}{}", seconds(*.budget), if *.stopped { " and was stopped" } else { "" })]
     Timeout { budget: Duration, stopped: bool },
     #[error("the handler at {target} is not reachable ({detail}); the plugin may not be running")]
@@ -63,7 +63,7 @@ fn tail_note(from: &str, tail: &str) -> String {
 }
 
 impl HandlerError {
-    pub fn outcome(&self) -> Outcome {
+    pub(crate) fn outcome(&self) -> Outcome {
         match self {
             HandlerError::Timeout { .. } => Outcome::Timeout,
             HandlerError::Unreachable { .. } => Outcome::Unreachable,
@@ -79,7 +79,7 @@ impl HandlerError {
 
 /// What every call needs besides the call itself.
 #[derive(Debug)]
-pub struct HandlerContext {
+pub(crate) struct HandlerContext {
     pub max_output_bytes: usize,
     pub kill_grace: Duration,
     /// Cancelled when a drain passes its deadline: running handlers are
@@ -92,7 +92,7 @@ pub struct HandlerContext {
 
 /// One call as the handler sees it.
 #[derive(Debug, Clone)]
-pub struct Invocation<'a> {
+pub(crate) struct Invocation<'a> {
     pub spec: &'a ToolSpec,
     /// Worked out at reload for an http handler (see `routes`); `None`
     /// for an exec handler.
@@ -106,7 +106,10 @@ pub struct Invocation<'a> {
 }
 
 /// Runs the tool's handler for one call.
-pub async fn run(ctx: &HandlerContext, call: Invocation<'_>) -> Result<Vec<u8>, HandlerError> {
+pub(crate) async fn run(
+    ctx: &HandlerContext,
+    call: Invocation<'_>,
+) -> Result<Vec<u8>, HandlerError> {
     match &call.spec.handler {
         Handler::Http(_) => {
             let Some(endpoint) = call.endpoint else {

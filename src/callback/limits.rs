@@ -16,7 +16,7 @@ use crate::contract::is_loopback_ip;
 
 /// Only loopback peers may call: main_server itself only accepts loopback
 /// callback URLs, so anything else reaching the listener is not main_server.
-pub fn peer_allowed(peer: SocketAddr) -> bool {
+pub(crate) fn peer_allowed(peer: SocketAddr) -> bool {
     is_loopback_ip(peer.ip())
 }
 
@@ -27,13 +27,13 @@ const MAX_MARGIN: Duration = Duration::from_secs(1);
 /// margin of min(1 s, 10 % of it), so the sidecar's own clear message reaches
 /// main_server before main_server's HTTP timeout turns the call into a bare
 /// ReadTimeout. 30 s gives 29 s; 5 s gives 4.5 s; 2 s gives 1.8 s.
-pub fn call_budget(timeout: Duration) -> Duration {
+pub(crate) fn call_budget(timeout: Duration) -> Duration {
     let margin = (timeout / 10).min(MAX_MARGIN);
     timeout.saturating_sub(margin)
 }
 
 /// A duration as the model reads it: "29 s", "1.8 s", "0.45 s".
-pub fn seconds(d: Duration) -> String {
+pub(crate) fn seconds(d: Duration) -> String {
     let s = d.as_secs_f64();
     let text = format!("{s:.2}");
     let text = text.trim_end_matches('0').trim_end_matches('.');
@@ -43,29 +43,29 @@ pub fn seconds(d: Duration) -> String {
 /// The concurrency bound of one tool; shared across reloads while the tool's
 /// `max_concurrency` stays the same.
 #[derive(Debug, Clone)]
-pub struct Slots {
+pub(crate) struct Slots {
     limit: Option<NonZeroUsize>,
     semaphore: Option<Arc<Semaphore>>,
 }
 
 /// A held slot; dropping it frees the slot.
 #[derive(Debug)]
-pub struct Slot(#[allow(dead_code)] Option<OwnedSemaphorePermit>);
+pub(crate) struct Slot(#[allow(dead_code)] Option<OwnedSemaphorePermit>);
 
 impl Slots {
-    pub fn new(limit: Option<NonZeroUsize>) -> Self {
+    pub(crate) fn new(limit: Option<NonZeroUsize>) -> Self {
         Self {
             limit,
             semaphore: limit.map(|n| Arc::new(Semaphore::new(n.get()))),
         }
     }
 
-    pub fn limit(&self) -> Option<NonZeroUsize> {
+    pub(crate) fn limit(&self) -> Option<NonZeroUsize> {
         self.limit
     }
 
     /// Waits for a slot until `deadline`; `None` when none freed in time.
-    pub async fn acquire(&self, deadline: Instant) -> Option<Slot> {
+    pub(crate) async fn acquire(&self, deadline: Instant) -> Option<Slot> {
         let Some(sem) = &self.semaphore else {
             return Some(Slot(None));
         };

@@ -14,7 +14,7 @@ use tokio::net::{TcpListener, TcpSocket};
 
 /// The accept queue asked for; the kernel caps it at
 /// `net.core.somaxconn` (4096 by default since Linux 5.4).
-pub const BACKLOG: u32 = 4096;
+pub(crate) const BACKLOG: u32 = 4096;
 
 /// The connection bound to use for `configured`: the process's soft limit
 /// on open files is first raised to its hard limit (as Go's runtime and
@@ -24,7 +24,7 @@ pub const BACKLOG: u32 = 4096;
 /// pipes. Without this, `accept` would fail at the descriptor limit before
 /// the bound was ever reached, and idle connections could lock main_server
 /// out after all.
-pub fn connection_bound(configured: usize) -> usize {
+pub(crate) fn connection_bound(configured: usize) -> usize {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let mut limit = getrlimit(Resource::Nofile);
     if limit.current != limit.maximum {
@@ -52,7 +52,7 @@ pub fn connection_bound(configured: usize) -> usize {
 
 /// Binds `addr` (with `SO_REUSEADDR`, as `TcpListener::bind` does) and
 /// listens with [`BACKLOG`].
-pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {

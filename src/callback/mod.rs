@@ -52,11 +52,11 @@ pub mod envelope;
 mod exec_handler;
 mod handler;
 mod http_handler;
-pub mod limits;
-pub mod listener;
+pub(crate) mod limits;
+pub(crate) mod listener;
 mod routes;
 mod server;
-pub mod stats;
+pub(crate) mod stats;
 pub mod validate;
 
 use std::collections::BTreeMap;
@@ -83,7 +83,7 @@ pub use stats::{Outcome, RejectionCounts};
 
 /// How long a forced stop (a drain past its deadline) may take for the
 /// stopped calls to answer and their processes to be reaped.
-pub const FORCED_STOP_GRACE: Duration = Duration::from_millis(500);
+pub(crate) const FORCED_STOP_GRACE: Duration = Duration::from_millis(500);
 
 /// The limits the callback server runs with (from `[callback]` and
 /// `[handlers]` of the agent config).
@@ -104,7 +104,7 @@ pub struct CallbackSettings {
 }
 
 impl CallbackSettings {
-    pub fn from_config(callback: &CallbackConfig, handlers: &HandlersConfig) -> Self {
+    pub(crate) fn from_config(callback: &CallbackConfig, handlers: &HandlersConfig) -> Self {
         Self {
             max_body_bytes: callback.max_body_bytes,
             max_output_bytes: handlers.max_output_bytes,

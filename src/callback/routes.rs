@@ -18,7 +18,7 @@ use crate::manifest::{Handler, ToolSpec};
 
 /// One served tool.
 #[derive(Debug)]
-pub struct Route {
+pub(crate) struct Route {
     pub spec: Arc<ToolSpec>,
     /// An http handler's address, parsed here once rather than per call.
     pub endpoint: Option<Result<Endpoint, String>>,
@@ -28,18 +28,18 @@ pub struct Route {
 
 /// Every served tool, by name.
 #[derive(Debug, Default)]
-pub struct RouteTable {
+pub(crate) struct RouteTable {
     /// The sidecar's registration source, for messages.
     pub source: String,
     tools: HashMap<String, Arc<Route>>,
 }
 
 impl RouteTable {
-    pub fn get(&self, tool: &str) -> Option<Arc<Route>> {
+    pub(crate) fn get(&self, tool: &str) -> Option<Arc<Route>> {
         self.tools.get(tool).cloned()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&String, &Arc<Route>)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &Arc<Route>)> {
         self.tools.iter()
     }
 
@@ -47,7 +47,7 @@ impl RouteTable {
     /// stay. A tool whose `max_concurrency` changed gets fresh slots; calls
     /// still holding old ones finish under the old limit. http handlers get
     /// their client from `clients`, so connections outlive a reload.
-    pub fn rebuild(&self, desired: &DesiredState, clients: &HttpClients) -> RouteTable {
+    pub(crate) fn rebuild(&self, desired: &DesiredState, clients: &HttpClients) -> RouteTable {
         let tools = desired
             .tools
             .iter()

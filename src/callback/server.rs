@@ -61,7 +61,7 @@ const LINGER_BYTES: usize = 4 * 1024 * 1024;
 
 /// The transport's limits (from `[callback]`).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ConnectionLimits {
+pub(crate) struct ConnectionLimits {
     /// For a request head from its first byte, and for a body from its head.
     pub read_timeout: Duration,
     /// For a connection without a request.
@@ -71,7 +71,7 @@ pub struct ConnectionLimits {
 }
 
 /// An HTTP answer.
-pub type Answer = Response<Full<Bytes>>;
+pub(crate) type Answer = Response<Full<Bytes>>;
 
 /// One open connection, as its own watch and the accept loop see it.
 #[derive(Debug)]
@@ -406,7 +406,7 @@ async fn respond(shared: &Shared, conn: &Conn, peer: SocketAddr, req: Request<In
 }
 
 /// Why a call's body could not be had.
-pub enum BodyError {
+pub(crate) enum BodyError {
     /// Over `max_body_bytes`.
     TooLarge,
     /// Not all of it came within `read_timeout`.
@@ -450,7 +450,7 @@ fn call_path(path: &str) -> Option<(&str, &str)> {
 }
 
 /// An envelope as the HTTP answer.
-pub fn answer(status: StatusCode, e: &Envelope) -> Answer {
+pub(crate) fn answer(status: StatusCode, e: &Envelope) -> Answer {
     let mut a = Response::new(Full::new(Bytes::from(e.to_vec())));
     *a.status_mut() = status;
     a.headers_mut()

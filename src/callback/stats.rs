@@ -110,14 +110,14 @@ impl Outcome {
 
 /// Upper bounds (seconds) of the latency histogram buckets; a last,
 /// unbounded bucket follows. Spans a fast local handler to the 300 s cap.
-pub const LATENCY_BOUNDS: [f64; 14] = [
+pub(crate) const LATENCY_BOUNDS: [f64; 14] = [
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0,
 ];
 
 /// The live counters of one tool. Kept across reloads by tool name, so a
 /// reload never resets them.
 #[derive(Debug, Default)]
-pub struct ToolStats {
+pub(crate) struct ToolStats {
     outcomes: [AtomicU64; Outcome::ALL.len()],
     in_flight: AtomicU64,
     /// Per bucket, not cumulative; the last is the unbounded one.
@@ -127,20 +127,21 @@ pub struct ToolStats {
 
 /// A call in progress: counted in flight until finished or dropped.
 #[derive(Debug)]
-pub struct CallRecord {
+pub(crate) struct CallRecord {
     stats: Arc<ToolStats>,
     started: tokio::time::Instant,
     done: bool,
 }
 
 impl ToolStats {
-    pub fn begin(self: &Arc<Self>) -> CallRecord {
+    #[cfg(test)]
+    pub(crate) fn begin(self: &Arc<Self>) -> CallRecord {
         self.begin_at(tokio::time::Instant::now())
     }
 
     /// A call that started at `started` (when it arrived: its latency is
     /// the caller's, and the clock was read once for it already).
-    pub fn begin_at(self: &Arc<Self>, started: tokio::time::Instant) -> CallRecord {
+    pub(crate) fn begin_at(self: &Arc<Self>, started: tokio::time::Instant) -> CallRecord {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         CallRecord {
             stats: self.clone(),
@@ -162,7 +163,7 @@ impl ToolStats {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 
-    pub fn snapshot(&self) -> ToolStatsSnapshot {
+    pub(crate) fn snapshot(&self) -> ToolStatsSnapshot {
         let outcomes: Vec<(Outcome, u64)> = Outcome::ALL
             .iter()
             .map(|o| (*o, self.outcomes[o.index()].load(Ordering::Relaxed)))
@@ -184,7 +185,7 @@ impl ToolStats {
 
 impl CallRecord {
     /// Records how the call ended and how long it took.
-    pub fn finish(mut self, outcome: Outcome) {
+    pub(crate) fn finish(mut self, outcome: Outcome) {
         self.done = true;
         self.stats.record(outcome, self.started.elapsed());
     }
@@ -222,14 +223,14 @@ impl ToolStatsSnapshot {
     }
 
     /// Calls that did not end `Ok`.
-    pub fn failures(&self) -> u64 {
+    pub(crate) fn failures(&self) -> u64 {
         self.calls - self.count(Outcome::Ok)
     }
 }
 
 /// Requests turned away before a tool was chosen.
 #[derive(Debug, Default)]
-pub struct Rejections {
+pub(crate) struct Rejections {
     pub forbidden_peer: AtomicU64,
     pub body_too_large: AtomicU64,
     pub unknown_token: AtomicU64,
@@ -246,23 +247,23 @@ pub struct RejectionCounts {
 }
 
 impl Rejections {
-    pub fn count_forbidden(&self) {
+    pub(crate) fn count_forbidden(&self) {
         self.forbidden_peer.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn count_too_large(&self) {
+    pub(crate) fn count_too_large(&self) {
         self.body_too_large.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn count_unknown_token(&self) {
+    pub(crate) fn count_unknown_token(&self) {
         self.unknown_token.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn count_unknown_tool(&self) {
+    pub(crate) fn count_unknown_tool(&self) {
         self.unknown_tool.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn snapshot(&self) -> RejectionCounts {
+    pub(crate) fn snapshot(&self) -> RejectionCounts {
         RejectionCounts {
             forbidden_peer: self.forbidden_peer.load(Ordering::Relaxed),
             body_too_large: self.body_too_large.load(Ordering::Relaxed),

@@ -14,7 +14,7 @@ use super::images::{self, Image};
 use super::{is_envelope, truthy};
 
 /// How much of an error body main_server quotes, in characters.
-pub const ERROR_BODY_CHARS: usize = 200;
+pub(crate) const ERROR_BODY_CHARS: usize = 200;
 
 /// What main_server made of one answer.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -36,7 +36,7 @@ pub struct Reading {
 
 impl Reading {
     /// A plain value, shown as it is.
-    pub fn success(output: Json) -> Self {
+    pub(crate) fn success(output: Json) -> Self {
         Reading {
             output,
             is_error: false,
@@ -47,7 +47,7 @@ impl Reading {
     }
 
     /// One of main_server's own failures: the message inside `output`.
-    pub fn failure(message: String) -> Self {
+    pub(crate) fn failure(message: String) -> Self {
         Reading {
             output: json!({ "error": message }),
             is_error: true,
@@ -123,7 +123,7 @@ fn read_envelope(mut obj: Map<String, Json>, sees_images: bool) -> Reading {
 
 /// Puts `key` into `output` the way main_server does: into an object as it
 /// is, any other value first wrapped as `{"result": value}`.
-pub fn insert_into_output(output: &mut Json, key: &str, value: Json) {
+pub(crate) fn insert_into_output(output: &mut Json, key: &str, value: Json) {
     if !output.is_object() {
         *output = json!({ "result": output.take() });
     }

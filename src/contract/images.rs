@@ -17,15 +17,15 @@ use serde::Serialize;
 use serde_json::Value as Json;
 
 /// Only this many entries of `images` are looked at.
-pub const MAX_IMAGES: usize = 2;
+pub(crate) const MAX_IMAGES: usize = 2;
 /// The largest `data_b64` accepted, in bytes of base64 text.
-pub const MAX_B64_BYTES: usize = 2 * 1024 * 1024;
+pub(crate) const MAX_B64_BYTES: usize = 2 * 1024 * 1024;
 /// The largest image accepted, in pixels (3840 x 2160).
-pub const MAX_PIXELS: u64 = 3840 * 2160;
+pub(crate) const MAX_PIXELS: u64 = 3840 * 2160;
 /// Above this much base64, an image is re-encoded as JPEG to fit.
-pub const REENCODE_ABOVE_B64: usize = 500 * 1024;
+pub(crate) const REENCODE_ABOVE_B64: usize = 500 * 1024;
 /// A longer `vision_prompt` is cut to this many characters.
-pub const VISION_PROMPT_CHARS: usize = 2000;
+pub(crate) const VISION_PROMPT_CHARS: usize = 2000;
 
 /// One image main_server accepted.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -47,7 +47,7 @@ pub struct Image {
 
 impl Image {
     /// The text a session that cannot see images gets instead.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let kind = if self.mime == "image/png" {
             "PNG"
         } else {
@@ -64,13 +64,13 @@ impl Image {
 
 /// The images accepted from one `images` value, and why others were not.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ImageReading {
+pub(crate) struct ImageReading {
     pub images: Vec<Image>,
     pub warnings: Vec<String>,
 }
 
 /// Applies the rules to an envelope's `images` value.
-pub fn read_images(value: &Json) -> ImageReading {
+pub(crate) fn read_images(value: &Json) -> ImageReading {
     let mut out = ImageReading::default();
     let Json::Array(entries) = value else {
         out.warnings

@@ -13,7 +13,7 @@
 //! (`callback::envelope`) checks its own answers against the same reading.
 //! Pure: no I/O, no logging.
 
-pub mod answer;
+pub(crate) mod answer;
 pub mod images;
 
 use std::net::IpAddr;
@@ -31,7 +31,7 @@ pub const RECALL_MEMORY: &str = "recall_memory";
 
 /// main_server's one httpx client holds at most this many connections for
 /// all callbacks together; a call past them waits for one (`PoolTimeout`).
-pub const MAX_CALLBACK_CONNECTIONS: usize = 20;
+pub(crate) const MAX_CALLBACK_CONNECTIONS: usize = 20;
 
 /// Python truthiness, as main_server reads `is_error`: null, false, 0, "",
 /// [] and {} are false; everything else (the string "false" too) is true.
@@ -48,7 +48,7 @@ pub fn truthy(v: &Json) -> bool {
 
 /// An object with an `output` or an `is_error` key is an envelope; any
 /// other object is plain data, shown to the model whole.
-pub fn is_envelope(obj: &Map<String, Json>) -> bool {
+pub(crate) fn is_envelope(obj: &Map<String, Json>) -> bool {
     obj.contains_key("output") || obj.contains_key("is_error")
 }
 
@@ -65,7 +65,7 @@ pub fn is_loopback_ip(ip: IpAddr) -> bool {
 
 /// Whether a URL's host is loopback: a loopback IP literal or the literal
 /// `localhost`.
-pub fn url_host_is_loopback(u: &url::Url) -> bool {
+pub(crate) fn url_host_is_loopback(u: &url::Url) -> bool {
     match u.host() {
         Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
         Some(url::Host::Ipv4(ip)) => is_loopback_ip(ip.into()),

@@ -21,7 +21,7 @@
 //! It never decides what to register (the planner does) nor how a call is
 //! answered (the callback server does).
 
-pub mod signals;
+pub(crate) mod signals;
 pub mod systemd_status;
 
 use std::future::Future;
@@ -78,7 +78,7 @@ pub struct DaemonOptions {
 }
 
 /// A reload channel for `DaemonOptions::reloads`.
-pub fn reload_channel() -> (mpsc::Sender<ReloadRequest>, mpsc::Receiver<ReloadRequest>) {
+pub(crate) fn reload_channel() -> (mpsc::Sender<ReloadRequest>, mpsc::Receiver<ReloadRequest>) {
     mpsc::channel(4)
 }
 
@@ -106,7 +106,9 @@ pub struct Daemon {
     pub callback: CallbackHandle,
     pub reload: ReloadHandle,
     pub config: AgentConfig,
-    reload_tx: mpsc::Sender<ReloadRequest>,
+    /// Keeps the reload channel open while the daemon lives, when the
+    /// caller gave none (no SIGHUP to forward).
+    _reloads: mpsc::Sender<ReloadRequest>,
     /// The daemon's tasks, shared with the supervisor, which waits for them
     /// at shutdown; `spawn` adds to them.
     tasks: TaskTracker,
@@ -114,19 +116,6 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Reloads now and waits until it is done.
-    pub async fn reload(&self) {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        if self
-            .reload_tx
-            .send(ReloadRequest { done: Some(tx) })
-            .await
-            .is_ok()
-        {
-            let _ = rx.await;
-        }
-    }
-
     /// Runs `task` as one of the daemon's own tasks: the shutdown path waits
     /// for it, within the shutdown deadline, as for every other. The task
     /// must end when the shutdown token given to `start` is cancelled (the
@@ -288,7 +277,7 @@ pub async fn start(
         callback,
         reload,
         config,
-        reload_tx,
+        _reloads: reload_tx,
         tasks,
         task,
     })

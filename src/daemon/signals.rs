@@ -12,10 +12,10 @@ use super::ReloadRequest;
 
 /// Exit status of a second SIGTERM/SIGINT during shutdown: the cleanup did
 /// not finish, so it is not a clean stop.
-pub const FORCED_EXIT: i32 = 130;
+pub(crate) const FORCED_EXIT: i32 = 130;
 
 /// Installs the handlers; the returned task runs for the process lifetime.
-pub fn install(
+pub(crate) fn install(
     shutdown: CancellationToken,
     reload: mpsc::Sender<ReloadRequest>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {

@@ -57,7 +57,7 @@ pub fn summary(snap: &RegistrationSnapshot, now: SystemTime) -> String {
 
 /// Whether the summary changes with time alone (a "retry in N s"
 /// countdown); every other part changes only with the snapshot.
-pub fn counts_down(snap: &RegistrationSnapshot) -> bool {
+pub(crate) fn counts_down(snap: &RegistrationSnapshot) -> bool {
     snap.main_server.reachable == Some(false) && snap.main_server.next_attempt_at.is_some()
 }
 

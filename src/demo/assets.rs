@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 /// One example tool: its manifest, the files it needs, and the interpreter
 /// that must be on PATH for it to run.
-pub struct ExampleTool {
+pub(crate) struct ExampleTool {
     pub name: &'static str,
     pub manifest_file: &'static str,
     pub manifest: &'static str,
@@ -18,7 +18,7 @@ pub struct ExampleTool {
     pub kind: &'static str,
 }
 
-pub const TOOLS: &[ExampleTool] = &[
+pub(crate) const TOOLS: &[ExampleTool] = &[
     ExampleTool {
         name: "get_weather",
         manifest_file: "weather.toml",
@@ -69,10 +69,10 @@ pub const TOOLS: &[ExampleTool] = &[
 ];
 
 /// The example http handler's URL in the manifest, replaced by the demo's.
-pub const WEATHER_URL: &str = "http://127.0.0.1:9876/weather";
+pub(crate) const WEATHER_URL: &str = "http://127.0.0.1:9876/weather";
 
 /// Writes a file, creating its folder.
-pub fn write(root: &Path, rel: &str, text: &str) -> std::io::Result<PathBuf> {
+pub(crate) fn write(root: &Path, rel: &str, text: &str) -> std::io::Result<PathBuf> {
     let path = root.join(rel);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;

@@ -31,7 +31,7 @@ const POLL: Duration = Duration::from_millis(250);
 const DEBOUNCE: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone, Default)]
-pub struct DemoOptions {
+pub(crate) struct DemoOptions {
     /// Leave everything up after the story until Ctrl-C.
     pub keep_running: bool,
     /// Write each step's outcome as JSON here.
@@ -39,7 +39,7 @@ pub struct DemoOptions {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum DemoError {
+pub(crate) enum DemoError {
     #[error("cannot set up the demo: {0}")]
     Setup(String),
 }
@@ -85,7 +85,7 @@ impl Story {
 }
 
 /// Runs the demo; `Ok(true)` when every step did what it should.
-pub async fn run(opts: DemoOptions) -> Result<bool, DemoError> {
+pub(crate) async fn run(opts: DemoOptions) -> Result<bool, DemoError> {
     let mut story = Story::new();
     let dir = demo_dir().map_err(setup("cannot create the demo folder"))?;
     let result = tell(&mut story, &dir, &opts).await;

@@ -23,7 +23,7 @@ const WEATHER: [(&str, i64, &str); 3] = [
 ];
 
 /// The answer for one callback body.
-pub fn answer(call: &Json) -> Json {
+pub(crate) fn answer(call: &Json) -> Json {
     let city = call["arguments"]["city"].as_str().unwrap_or("");
     let unit = call["arguments"]["unit"].as_str().unwrap_or("celsius");
     match WEATHER

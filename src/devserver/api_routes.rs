@@ -35,14 +35,14 @@ const ROUTES: [(&str, &str); 4] = [
 ];
 
 /// What the storage-blocked 409 gives as `blocking_reason`.
-pub const STORAGE_BLOCKING_REASON: &str = "storage_initializing";
+pub(crate) const STORAGE_BLOCKING_REASON: &str = "storage_initializing";
 
 /// A request body main_server refuses with 413.
 struct TooLarge;
 
 /// The fallback handler: everything that is not `/__dev/`. Every request
 /// is logged, a refused one too (its body as `null` when too large).
-pub async fn entry(
+pub(crate) async fn entry(
     State(app): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     req: Request,

@@ -11,7 +11,7 @@ use super::pydantic::{ErrorItem, ValidationErrors};
 
 /// Decodes a request body for a JSON body model, returning the object whose
 /// fields the model reads.
-pub fn decode_object(
+pub(crate) fn decode_object(
     content_type: Option<&str>,
     bytes: &[u8],
 ) -> Result<Map<String, Value>, ValidationErrors> {
@@ -51,7 +51,7 @@ fn decode(content_type: Option<&str>, bytes: &[u8]) -> Result<Option<Value>, Val
 }
 
 /// Mirrors Python's `email.message` reading of a content-type header.
-pub fn is_json_content_type(header: &str) -> bool {
+pub(crate) fn is_json_content_type(header: &str) -> bool {
     let media = header
         .split(';')
         .next()

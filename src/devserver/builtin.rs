@@ -24,7 +24,7 @@ pub struct BuiltinTool {
 }
 
 impl BuiltinTool {
-    pub fn new(
+    pub(crate) fn new(
         name: impl Into<String>,
         description: impl Into<String>,
         parameters: Value,

@@ -14,7 +14,7 @@ use crate::contract::is_loopback_ip;
 /// Why a `callback_url` is refused; the text becomes the pydantic
 /// `value_error` message ("Value error, <this>").
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CallbackUrlError {
+pub(crate) enum CallbackUrlError {
     #[error("callback_url must use http or https")]
     Scheme,
     #[error("callback_url must have a host")]
@@ -24,7 +24,7 @@ pub enum CallbackUrlError {
 }
 
 /// Checks `url` the way main_server's validator does.
-pub fn check_callback_url(url: &str) -> Result<(), CallbackUrlError> {
+pub(crate) fn check_callback_url(url: &str) -> Result<(), CallbackUrlError> {
     let parts = split_url(url);
     if parts.scheme != "http" && parts.scheme != "https" {
         return Err(CallbackUrlError::Scheme);

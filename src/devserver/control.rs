@@ -23,7 +23,7 @@ use super::invoke::{InvokeRequest, invoke};
 use super::state::Shared;
 
 /// The `/__dev/` routes (gated by `http::dev_gate`).
-pub fn routes() -> Router<AppState> {
+pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/__dev/restart", post(restart))
         .route("/__dev/storage-blocked", post(storage_blocked))
@@ -111,7 +111,7 @@ async fn role_sync(State(app): State<AppState>, body: Bytes) -> Response {
 }
 
 /// Shared with the handle: makes `role`'s sync fail or succeed again.
-pub fn set_role_sync(shared: &Shared, role: &str, fail: bool) {
+pub(crate) fn set_role_sync(shared: &Shared, role: &str, fail: bool) {
     shared.with_faults(|f| {
         if fail {
             f.failing_roles.insert(role.to_owned());
@@ -155,7 +155,7 @@ async fn remove_all(State(app): State<AppState>) -> Response {
 }
 
 /// Shared with the handle: removes every role, returning their names.
-pub fn remove_all_roles(shared: &Shared) -> Vec<String> {
+pub(crate) fn remove_all_roles(shared: &Shared) -> Vec<String> {
     shared.with_world(|w| {
         let roles = w.registry.role_names();
         for role in &roles {
@@ -195,7 +195,7 @@ async fn registry(State(app): State<AppState>) -> Response {
 }
 
 /// `{"tools_by_role": {role: [every field of every tool]}, "roles": [..]}`.
-pub fn full_registry(shared: &Shared) -> Value {
+pub(crate) fn full_registry(shared: &Shared) -> Value {
     shared.read_world(|w| {
         let mut by_role = serde_json::Map::new();
         for rt in w.registry.roles() {

@@ -10,14 +10,14 @@
 use std::collections::HashMap;
 
 /// Failures in a row that evict a plugin's tools.
-pub const EVICTION_THRESHOLD: u32 = 3;
+pub(crate) const EVICTION_THRESHOLD: u32 = 3;
 
 /// Only sources with this prefix are ever evicted.
-pub const EVICTABLE_PREFIX: &str = "plugin:";
+pub(crate) const EVICTABLE_PREFIX: &str = "plugin:";
 
 /// What one callback attempt came to, as far as eviction cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallOutcome {
+pub(crate) enum CallOutcome {
     /// Refused or connect timeout: the plugin looks dead.
     ConnectionFailure,
     /// An HTTP answer arrived, whatever its status or envelope.
@@ -30,14 +30,14 @@ pub enum CallOutcome {
 
 /// Consecutive-failure counts, keyed by (source, origin).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EvictionCounter {
+pub(crate) struct EvictionCounter {
     failures: HashMap<(String, String), u32>,
 }
 
 impl EvictionCounter {
     /// Records one outcome; true when the tools of `source` on `origin`
     /// must be evicted now (the count then starts again from zero).
-    pub fn record(&mut self, source: &str, origin: &str, outcome: CallOutcome) -> bool {
+    pub(crate) fn record(&mut self, source: &str, origin: &str, outcome: CallOutcome) -> bool {
         if !source.starts_with(EVICTABLE_PREFIX) {
             return false;
         }
@@ -61,7 +61,8 @@ impl EvictionCounter {
     }
 
     /// The current count for a key, for tests and the snapshot.
-    pub fn count(&self, source: &str, origin: &str) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn count(&self, source: &str, origin: &str) -> u32 {
         self.failures
             .get(&(source.to_owned(), origin.to_owned()))
             .copied()
@@ -71,7 +72,7 @@ impl EvictionCounter {
 
 /// `scheme://host:port` of a callback URL, the default port filled in;
 /// `None` for a URL that cannot be called at all.
-pub fn origin_of(url: &str) -> Option<String> {
+pub(crate) fn origin_of(url: &str) -> Option<String> {
     let parsed = reqwest::Url::parse(url).ok()?;
     // host_str keeps the brackets of an IPv6 host, so the origin stays
     // unambiguous.

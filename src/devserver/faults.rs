@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 
 /// Every fault currently switched on.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Faults {
+pub(crate) struct Faults {
     /// While on, every `/api/*` route answers 409 `storage_startup_blocked`.
     pub storage_blocked: bool,
     /// How many of the next `/api/*` requests fail, and with which status.
@@ -27,13 +27,13 @@ pub struct Faults {
 
 impl Faults {
     /// Consumes one injected failure, if any is pending.
-    pub fn take_failure(&mut self) -> Option<StatusCode> {
+    pub(crate) fn take_failure(&mut self) -> Option<StatusCode> {
         let (left, status) = self.fail_next?;
         self.fail_next = (left > 1).then(|| (left - 1, status));
         Some(status)
     }
 
-    pub fn role_sync_fails(&self, role: &str) -> bool {
+    pub(crate) fn role_sync_fails(&self, role: &str) -> bool {
         self.failing_roles.contains(role)
     }
 }

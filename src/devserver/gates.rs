@@ -58,13 +58,13 @@ fn host_name(host: Option<&str>) -> Option<HostName> {
 
 /// True when a `Host` header is an IP literal or `localhost`, with or without
 /// a port. A missing header is untrusted: HTTP/1.1 requires it.
-pub fn is_trusted_host(host: Option<&str>) -> bool {
+pub(crate) fn is_trusted_host(host: Option<&str>) -> bool {
     host_name(host).is_some()
 }
 
 /// True when a `Host` header names loopback: 127.0.0.0/8, `::1`,
 /// `[::ffff:127.x.x.x]` or `localhost`, with or without a port.
-pub fn is_loopback_host(host: Option<&str>) -> bool {
+pub(crate) fn is_loopback_host(host: Option<&str>) -> bool {
     host_name(host).is_some_and(HostName::is_loopback)
 }
 
@@ -78,7 +78,7 @@ fn is_port(s: &str) -> bool {
 
 /// The headers the local-access decision reads, as sent.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct AccessHeaders<'a> {
+pub(crate) struct AccessHeaders<'a> {
     pub host: Option<&'a str>,
     pub authorization: Option<&'a str>,
     pub cookie: Option<&'a str>,
@@ -88,7 +88,7 @@ pub struct AccessHeaders<'a> {
 /// The local-access decision for a request whose `Host` already passed
 /// [`is_trusted_host`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
+pub(crate) enum Access {
     /// Loopback peer and loopback `Host`: served.
     Local,
     /// Loopback peer naming another host, carrying a credential from no
@@ -110,7 +110,7 @@ pub enum Access {
 /// counts as a session cookie. A peer that is not on loopback stays refused
 /// with 403 even with a credential: CONTRACT.md does not say such a caller
 /// is ever served, and the stand-in must not be kinder than upstream.
-pub fn local_access(peer: IpAddr, headers: AccessHeaders<'_>) -> Access {
+pub(crate) fn local_access(peer: IpAddr, headers: AccessHeaders<'_>) -> Access {
     if !is_loopback_ip(peer) {
         return Access::NotLoopbackPeer;
     }

@@ -19,11 +19,11 @@ use super::state::Shared;
 
 /// Largest request body main_server takes: one byte more gets 413 before
 /// any route runs.
-pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
 /// What every handler of one listener generation sees.
 #[derive(Clone)]
-pub struct AppState {
+pub(crate) struct AppState {
     pub shared: Arc<Shared>,
     /// Cancelled when this listener stops, so held (delayed) answers end
     /// at once instead of keeping the port's connections alive.
@@ -33,7 +33,7 @@ pub struct AppState {
 /// The gates main_server runs before anything else, in its order: the
 /// `Host` header (400), then local access (401 or 403). `None` when the
 /// caller is served.
-pub fn access_gates(peer: SocketAddr, headers: &axum::http::HeaderMap) -> Option<Response> {
+pub(crate) fn access_gates(peer: SocketAddr, headers: &axum::http::HeaderMap) -> Option<Response> {
     let text = |name| {
         headers
             .get(name)
@@ -64,12 +64,12 @@ pub fn access_gates(peer: SocketAddr, headers: &axum::http::HeaderMap) -> Option
 }
 
 /// A JSON answer with `status`.
-pub fn json_response(status: StatusCode, body: &Value) -> Response {
+pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
     json_bytes(status, body.to_string().into())
 }
 
 /// Already-serialised JSON with `status`.
-pub fn json_bytes(status: StatusCode, bytes: Bytes) -> Response {
+pub(crate) fn json_bytes(status: StatusCode, bytes: Bytes) -> Response {
     let mut res = Response::new(Body::from(bytes));
     *res.status_mut() = status;
     res.headers_mut().insert(
@@ -80,7 +80,7 @@ pub fn json_bytes(status: StatusCode, bytes: Bytes) -> Response {
 }
 
 /// `400 untrusted_host`, exactly as main_server words it.
-pub fn untrusted_host() -> Response {
+pub(crate) fn untrusted_host() -> Response {
     json_response(
         StatusCode::BAD_REQUEST,
         &json!({"ok": false, "error_code": "untrusted_host", "error": "Invalid Host header"}),
@@ -88,7 +88,7 @@ pub fn untrusted_host() -> Response {
 }
 
 /// `403` for a caller that is not on loopback.
-pub fn forbidden() -> Response {
+pub(crate) fn forbidden() -> Response {
     json_response(
         StatusCode::FORBIDDEN,
         &json!({"detail": "Forbidden: main_server only serves loopback callers"}),
@@ -96,12 +96,12 @@ pub fn forbidden() -> Response {
 }
 
 /// `413 {"detail":"payload_too_large"}`, for a body over [`MAX_BODY_BYTES`].
-pub fn payload_too_large() -> Response {
+pub(crate) fn payload_too_large() -> Response {
     detail(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
 }
 
 /// `{"detail": ...}` with `status`, FastAPI's HTTPException shape.
-pub fn detail(status: StatusCode, message: impl Into<String>) -> Response {
+pub(crate) fn detail(status: StatusCode, message: impl Into<String>) -> Response {
     json_response(status, &json!({ "detail": message.into() }))
 }
 
@@ -109,10 +109,10 @@ pub fn detail(status: StatusCode, message: impl Into<String>) -> Response {
 /// reason as `detail`.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct DevBadRequest(pub String);
+pub(crate) struct DevBadRequest(pub String);
 
 /// Turns a `/__dev/` result into a response.
-pub fn dev_result(result: Result<Value, DevBadRequest>) -> Response {
+pub(crate) fn dev_result(result: Result<Value, DevBadRequest>) -> Response {
     match result {
         Ok(v) => json_response(StatusCode::OK, &v),
         Err(e) => detail(StatusCode::BAD_REQUEST, e.0),
@@ -121,7 +121,9 @@ pub fn dev_result(result: Result<Value, DevBadRequest>) -> Response {
 
 /// Parses a `/__dev/` JSON body, answering 400 with the reason when it does
 /// not fit.
-pub fn parse_dev_body<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, DevBadRequest> {
+pub(crate) fn parse_dev_body<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+) -> Result<T, DevBadRequest> {
     let bytes = if bytes.is_empty() { &b"{}"[..] } else { bytes };
     serde_json::from_slice(bytes)
         .map_err(|e| DevBadRequest(format!("invalid /__dev/ request body: {e}")))

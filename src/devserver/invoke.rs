@@ -63,7 +63,7 @@ pub struct InvokeAnswer {
 }
 
 impl InvokeAnswer {
-    pub fn new(reading: Reading, call_id: String, role: String) -> Self {
+    pub(crate) fn new(reading: Reading, call_id: String, role: String) -> Self {
         InvokeAnswer {
             model_text: reading.model_text(),
             output: reading.output,
@@ -92,7 +92,7 @@ pub enum InvokeError {
 /// The `arguments` main_server sends for the model's text: `{}` for empty
 /// or blank text, the parsed object, `{"_raw": TEXT}` (stripped) when it is
 /// not JSON, `{"value": X}` when it is JSON but not an object.
-pub fn parse_arguments(raw: &str) -> Value {
+pub(crate) fn parse_arguments(raw: &str) -> Value {
     let text = raw.trim();
     if text.is_empty() {
         return json!({});
@@ -105,7 +105,7 @@ pub fn parse_arguments(raw: &str) -> Value {
 }
 
 /// The body POSTed to a callback.
-pub fn callback_body(name: &str, raw_arguments: &str, call_id: &str) -> Value {
+pub(crate) fn callback_body(name: &str, raw_arguments: &str, call_id: &str) -> Value {
     json!({
         "name": name,
         "arguments": parse_arguments(raw_arguments),
@@ -118,12 +118,15 @@ pub fn callback_body(name: &str, raw_arguments: &str, call_id: &str) -> Value {
 /// that give none get it from main_server: `call_0`, `call_1`, ... again in
 /// every turn. It is not unique, and the stand-in makes sure nothing that
 /// is tested against it can key state on it.
-pub fn turn_call_id(index: usize) -> String {
+pub(crate) fn turn_call_id(index: usize) -> String {
     format!("call_{index}")
 }
 
 /// Calls a tool the way main_server does and returns what the model sees.
-pub async fn invoke(shared: &Shared, req: InvokeRequest) -> Result<InvokeAnswer, InvokeError> {
+pub(crate) async fn invoke(
+    shared: &Shared,
+    req: InvokeRequest,
+) -> Result<InvokeAnswer, InvokeError> {
     let (role, tool) =
         shared.read_world(|w| {
             let role = match fold_role(req.role.clone()) {
@@ -183,7 +186,7 @@ fn builtin_answer(shared: &Shared, tool: &Tool) -> Reading {
 /// which httpx applies to every phase: the wait for one of the 20
 /// connections, connect, and each read (per read, not a total). No
 /// redirects, no proxy. Also used by `neko-sidecar call`.
-pub async fn post_callback(
+pub(crate) async fn post_callback(
     connections: &Semaphore,
     url: &str,
     timeout: Duration,

@@ -43,17 +43,17 @@ impl LedgerEntry {
 
 /// The accepted registrations, in replay order.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Ledger {
+pub(crate) struct Ledger {
     entries: Vec<LedgerEntry>,
 }
 
 impl Ledger {
-    pub fn entries(&self) -> &[LedgerEntry] {
+    pub(crate) fn entries(&self) -> &[LedgerEntry] {
         &self.entries
     }
 
     /// Records a registration of `tool` scoped to `role` (`None`: global).
-    pub fn record(&mut self, role: Option<&str>, tool: Tool) {
+    pub(crate) fn record(&mut self, role: Option<&str>, tool: Tool) {
         let global = role.is_none();
         self.entries.retain(|e| {
             let superseded = e.tool.name == tool.name && (global || e.role.as_deref() == role);
@@ -67,19 +67,19 @@ impl Ledger {
 
     /// Forgets the registrations of `name` an unregister addressed to
     /// `role` covers; returns how many.
-    pub fn forget_name(&mut self, name: &str, role: Option<&str>) -> usize {
+    pub(crate) fn forget_name(&mut self, name: &str, role: Option<&str>) -> usize {
         self.forget(|e| e.tool.name == name && e.addressed_by(role))
     }
 
     /// Forgets the registrations of `source` a clear addressed to `role`
     /// covers; returns how many.
-    pub fn forget_source(&mut self, source: &str, role: Option<&str>) -> usize {
+    pub(crate) fn forget_source(&mut self, source: &str, role: Option<&str>) -> usize {
         self.forget(|e| e.tool.source == source && e.addressed_by(role))
     }
 
     /// Forgets every registration of `source` whose callback is on
     /// `origin` (`scheme://host:port`), whatever its scope.
-    pub fn evict(&mut self, source: &str, origin: &str) -> usize {
+    pub(crate) fn evict(&mut self, source: &str, origin: &str) -> usize {
         self.forget(|e| {
             e.tool.source == source
                 && e.tool
@@ -92,7 +92,7 @@ impl Ledger {
     }
 
     /// The tools a replay into `role` writes, in order.
-    pub fn replay_for<'a>(&'a self, role: &'a str) -> impl Iterator<Item = &'a Tool> + 'a {
+    pub(crate) fn replay_for<'a>(&'a self, role: &'a str) -> impl Iterator<Item = &'a Tool> + 'a {
         self.entries
             .iter()
             .filter(move |e| e.applies_to(role))

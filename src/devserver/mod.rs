@@ -17,33 +17,30 @@
 
 mod api_routes;
 mod body;
-pub mod builtin;
-pub mod callback_url;
+pub(crate) mod builtin;
+pub(crate) mod callback_url;
 mod control;
-pub mod eviction;
+pub(crate) mod eviction;
 mod faults;
-pub mod gates;
+pub(crate) mod gates;
 mod http;
-pub mod invoke;
-pub mod ledger;
-pub mod pydantic;
-pub mod registry;
-pub mod request_log;
-pub mod requests;
+pub(crate) mod invoke;
+pub(crate) mod ledger;
+pub(crate) mod pydantic;
+pub(crate) mod registry;
+pub(crate) mod request_log;
+pub(crate) mod requests;
 mod router;
 mod run;
 mod server;
 mod state;
-pub mod tool;
+pub(crate) mod tool;
 mod tool_api;
 
-pub use crate::contract::Reading;
 pub use builtin::{BUILTIN_SOURCE, BuiltinTool, RECALL_MEMORY, default_builtins};
 pub use invoke::{InvokeAnswer, InvokeError, InvokeRequest};
-pub use ledger::LedgerEntry;
-pub use registry::RoleTools;
 pub use request_log::RequestRecord;
-pub use run::run_cli;
+pub(crate) use run::run_cli;
 pub use server::{
     DevServer, DevServerBuilder, DevServerError, DevServerHandle, RegistrySnapshot, default_roles,
 };

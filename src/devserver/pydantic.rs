@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 
 /// One entry of a 422 `detail` list.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ErrorItem {
+pub(crate) struct ErrorItem {
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub loc: Vec<Value>,
@@ -24,7 +24,12 @@ pub struct ErrorItem {
 
 impl ErrorItem {
     /// An error located at `["body", field]`.
-    pub fn at_field(kind: &'static str, field: &str, msg: impl Into<String>, input: Value) -> Self {
+    pub(crate) fn at_field(
+        kind: &'static str,
+        field: &str,
+        msg: impl Into<String>,
+        input: Value,
+    ) -> Self {
         ErrorItem {
             kind,
             loc: vec![json!("body"), json!(field)],
@@ -35,7 +40,7 @@ impl ErrorItem {
     }
 
     /// An error about the body as a whole (`loc: ["body"]`).
-    pub fn at_body(kind: &'static str, msg: impl Into<String>, input: Value) -> Self {
+    pub(crate) fn at_body(kind: &'static str, msg: impl Into<String>, input: Value) -> Self {
         ErrorItem {
             kind,
             loc: vec![json!("body")],
@@ -45,7 +50,7 @@ impl ErrorItem {
         }
     }
 
-    pub fn with_ctx(mut self, ctx: Value) -> Self {
+    pub(crate) fn with_ctx(mut self, ctx: Value) -> Self {
         self.ctx = Some(ctx);
         self
     }
@@ -53,23 +58,23 @@ impl ErrorItem {
 
 /// A failed validation: the list FastAPI puts under `detail`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ValidationErrors(pub Vec<ErrorItem>);
+pub(crate) struct ValidationErrors(pub Vec<ErrorItem>);
 
 impl ValidationErrors {
     /// The JSON body of the 422 answer.
-    pub fn to_body(&self) -> Value {
+    pub(crate) fn to_body(&self) -> Value {
         json!({ "detail": self.0 })
     }
 }
 
 /// Reads fields out of one JSON object, collecting every error.
-pub struct FieldReader<'a> {
+pub(crate) struct FieldReader<'a> {
     obj: &'a Map<String, Value>,
     errors: Vec<ErrorItem>,
 }
 
 impl<'a> FieldReader<'a> {
-    pub fn new(obj: &'a Map<String, Value>) -> Self {
+    pub(crate) fn new(obj: &'a Map<String, Value>) -> Self {
         FieldReader {
             obj,
             errors: Vec::new(),
@@ -89,7 +94,7 @@ impl<'a> FieldReader<'a> {
 
     /// A `str` field with optional length bounds; `default` of `None` means
     /// required.
-    pub fn string(
+    pub(crate) fn string(
         &mut self,
         field: &str,
         default: Option<&str>,
@@ -149,7 +154,7 @@ impl<'a> FieldReader<'a> {
     }
 
     /// An `Optional[str] = None` field. The outer `None` means "invalid".
-    pub fn nullable_string(&mut self, field: &str) -> Option<Option<String>> {
+    pub(crate) fn nullable_string(&mut self, field: &str) -> Option<Option<String>> {
         match self.obj.get(field) {
             None | Some(Value::Null) => Some(None),
             Some(Value::String(s)) => Some(Some(s.clone())),
@@ -166,7 +171,7 @@ impl<'a> FieldReader<'a> {
     }
 
     /// A `dict` field with a default.
-    pub fn dict(&mut self, field: &str, default: impl FnOnce() -> Value) -> Option<Value> {
+    pub(crate) fn dict(&mut self, field: &str, default: impl FnOnce() -> Value) -> Option<Value> {
         match self.obj.get(field) {
             None => Some(default()),
             Some(v @ Value::Object(_)) => Some(v.clone()),
@@ -184,7 +189,13 @@ impl<'a> FieldReader<'a> {
 
     /// A `float` field with `gt` and `le` bounds, in lax mode: numeric
     /// strings and booleans are coerced as pydantic does.
-    pub fn bounded_float(&mut self, field: &str, default: f64, gt: i64, le: i64) -> Option<f64> {
+    pub(crate) fn bounded_float(
+        &mut self,
+        field: &str,
+        default: f64,
+        gt: i64,
+        le: i64,
+    ) -> Option<f64> {
         let Some(value) = self.obj.get(field) else {
             return Some(default);
         };
@@ -243,7 +254,7 @@ impl<'a> FieldReader<'a> {
     }
 
     /// Records a failed `field_validator` (a Python `ValueError`).
-    pub fn value_error(&mut self, field: &str, message: &str) {
+    pub(crate) fn value_error(&mut self, field: &str, message: &str) {
         let input = self.obj.get(field).cloned().unwrap_or(Value::Null);
         // FastAPI serialises the ValueError instance in ctx as `{}`.
         self.errors.push(
@@ -258,7 +269,7 @@ impl<'a> FieldReader<'a> {
     }
 
     /// Ends reading: the errors, if there were any.
-    pub fn finish(self) -> Result<(), ValidationErrors> {
+    pub(crate) fn finish(self) -> Result<(), ValidationErrors> {
         if self.errors.is_empty() {
             Ok(())
         } else {

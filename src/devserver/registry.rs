@@ -31,7 +31,7 @@ pub struct RoleTools {
 /// A role name the registry does not hold.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown role: {0}")]
-pub struct UnknownRole(pub String);
+pub(crate) struct UnknownRole(pub String);
 
 /// One tool as stored: the tool and its `GET /api/tools` JSON.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,14 +64,14 @@ struct RoleEntries {
 
 /// Every role and its tools, in role order, and the ledger.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Registry {
+pub(crate) struct Registry {
     roles: Vec<RoleEntries>,
     ledger: Ledger,
 }
 
 impl Registry {
     /// A fresh registry: every role holds only the built-in tools.
-    pub fn new(roles: &[String], builtins: &[BuiltinTool]) -> Self {
+    pub(crate) fn new(roles: &[String], builtins: &[BuiltinTool]) -> Self {
         let mut registry = Registry::default();
         for role in roles {
             registry.add_role(role, builtins);
@@ -79,12 +79,12 @@ impl Registry {
         registry
     }
 
-    pub fn role_names(&self) -> Vec<String> {
+    pub(crate) fn role_names(&self) -> Vec<String> {
         self.roles.iter().map(|r| r.role.clone()).collect()
     }
 
     /// A copy of every role's tools, in order.
-    pub fn roles(&self) -> Vec<RoleTools> {
+    pub(crate) fn roles(&self) -> Vec<RoleTools> {
         self.roles
             .iter()
             .map(|r| RoleTools {
@@ -95,7 +95,7 @@ impl Registry {
     }
 
     /// The roles a request addresses: every role for `None`, else that one.
-    pub fn target_roles(&self, role: Option<&str>) -> Result<Vec<String>, UnknownRole> {
+    pub(crate) fn target_roles(&self, role: Option<&str>) -> Result<Vec<String>, UnknownRole> {
         match role {
             None => Ok(self.role_names()),
             Some(r) if self.role(r).is_some() => Ok(vec![r.to_owned()]),
@@ -114,7 +114,7 @@ impl Registry {
     /// Adds a role as main_server builds a new session manager: the
     /// built-ins, then the ledger's global entries and those scoped to it.
     /// A role that exists is left as is.
-    pub fn add_role(&mut self, role: &str, builtins: &[BuiltinTool]) -> bool {
+    pub(crate) fn add_role(&mut self, role: &str, builtins: &[BuiltinTool]) -> bool {
         if self.role(role).is_some() {
             return false;
         }
@@ -129,7 +129,7 @@ impl Registry {
     /// Rebuilds `role`'s session manager: its tools are reset to the
     /// built-ins and the ledger is replayed into it. False for an unknown
     /// role.
-    pub fn rebuild_role(&mut self, role: &str, builtins: &[BuiltinTool]) -> bool {
+    pub(crate) fn rebuild_role(&mut self, role: &str, builtins: &[BuiltinTool]) -> bool {
         if self.role(role).is_none() {
             return false;
         }
@@ -155,23 +155,23 @@ impl Registry {
     }
 
     /// The ledger of accepted registrations.
-    pub fn ledger(&self) -> &Ledger {
+    pub(crate) fn ledger(&self) -> &Ledger {
         &self.ledger
     }
 
-    pub fn ledger_mut(&mut self) -> &mut Ledger {
+    pub(crate) fn ledger_mut(&mut self) -> &mut Ledger {
         &mut self.ledger
     }
 
     /// Removes a role and its tools.
-    pub fn remove_role(&mut self, role: &str) -> bool {
+    pub(crate) fn remove_role(&mut self, role: &str) -> bool {
         let before = self.roles.len();
         self.roles.retain(|r| r.role != role);
         self.roles.len() != before
     }
 
     /// Inserts or replaces `tool` in `role`, keeping the place of a replaced name.
-    pub fn put(&mut self, role: &str, tool: Tool) -> bool {
+    pub(crate) fn put(&mut self, role: &str, tool: Tool) -> bool {
         let Some(rt) = self.role_mut(role) else {
             return false;
         };
@@ -198,7 +198,7 @@ impl Registry {
     }
 
     /// Removes `name` from `role`; true when it was there.
-    pub fn remove(&mut self, role: &str, name: &str) -> bool {
+    pub(crate) fn remove(&mut self, role: &str, name: &str) -> bool {
         self.remove_where(role, |t| t.name == name) > 0
     }
 
@@ -210,7 +210,7 @@ impl Registry {
     /// Removes, from every role and from the ledger, the tools of `source`
     /// whose callback origin is `origin`. Returns how many (tool, role)
     /// pairs went from the roles.
-    pub fn evict(&mut self, source: &str, origin: &str) -> usize {
+    pub(crate) fn evict(&mut self, source: &str, origin: &str) -> usize {
         self.ledger.evict(source, origin);
         let doomed = |t: &Tool| {
             t.source == source
@@ -226,7 +226,7 @@ impl Registry {
             .sum()
     }
 
-    pub fn find(&self, role: &str, name: &str) -> Option<&Tool> {
+    pub(crate) fn find(&self, role: &str, name: &str) -> Option<&Tool> {
         self.role(role)?
             .entries
             .iter()
@@ -236,7 +236,7 @@ impl Registry {
 
     /// The `GET /api/tools` body, `{"ok":true,"tools_by_role":{..}}`, for
     /// every role (`None`) or one role (already checked to exist).
-    pub fn listing_json(&self, role: Option<&str>) -> String {
+    pub(crate) fn listing_json(&self, role: Option<&str>) -> String {
         let roles: Vec<&RoleEntries> = self
             .roles
             .iter()

@@ -29,7 +29,7 @@ pub struct RequestRecord {
 
 impl RequestRecord {
     /// The body of a request as the log keeps it.
-    pub fn body_value(bytes: &[u8]) -> Value {
+    pub(crate) fn body_value(bytes: &[u8]) -> Value {
         if bytes.is_empty() {
             return Value::Null;
         }
@@ -40,14 +40,20 @@ impl RequestRecord {
 
 /// The log itself.
 #[derive(Debug, Default)]
-pub struct RequestLog {
+pub(crate) struct RequestLog {
     records: Vec<RequestRecord>,
     next_seq: u64,
 }
 
 impl RequestLog {
     /// Appends a request and returns its `seq`.
-    pub fn push(&mut self, method: &str, path: &str, query: Option<&str>, body: &[u8]) -> u64 {
+    pub(crate) fn push(
+        &mut self,
+        method: &str,
+        path: &str,
+        query: Option<&str>,
+        body: &[u8],
+    ) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
         let at_unix_ms = SystemTime::now()
@@ -67,17 +73,17 @@ impl RequestLog {
     }
 
     /// Fills in the status of request `seq`, if it is still in the log.
-    pub fn set_status(&mut self, seq: u64, status: u16) {
+    pub(crate) fn set_status(&mut self, seq: u64, status: u16) {
         if let Some(r) = self.records.iter_mut().rev().find(|r| r.seq == seq) {
             r.status = Some(status);
         }
     }
 
-    pub fn records(&self) -> Vec<RequestRecord> {
+    pub(crate) fn records(&self) -> Vec<RequestRecord> {
         self.records.clone()
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.records.clear();
     }
 }

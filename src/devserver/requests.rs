@@ -11,20 +11,20 @@ use super::callback_url::check_callback_url;
 use super::pydantic::{FieldReader, ValidationErrors};
 
 /// Longest tool name main_server accepts.
-pub const NAME_MAX_CHARS: usize = 64;
+pub(crate) const NAME_MAX_CHARS: usize = 64;
 /// Default per-call timeout, in seconds.
-pub const DEFAULT_TIMEOUT_SECONDS: f64 = 30.0;
+pub(crate) const DEFAULT_TIMEOUT_SECONDS: f64 = 30.0;
 /// Upper bound of `timeout_seconds`.
-pub const MAX_TIMEOUT_SECONDS: i64 = 300;
+pub(crate) const MAX_TIMEOUT_SECONDS: i64 = 300;
 
 /// The schema a tool gets when it declares none.
-pub fn default_parameters() -> Value {
+pub(crate) fn default_parameters() -> Value {
     json!({"type": "object", "properties": {}})
 }
 
 /// `POST /api/tools/register`, validated.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RegisterRequest {
+pub(crate) struct RegisterRequest {
     pub name: String,
     pub description: String,
     pub parameters: Value,
@@ -37,25 +37,25 @@ pub struct RegisterRequest {
 
 /// `POST /api/tools/unregister`, validated.
 #[derive(Debug, Clone, PartialEq)]
-pub struct UnregisterRequest {
+pub(crate) struct UnregisterRequest {
     pub name: String,
     pub role: Option<String>,
 }
 
 /// `POST /api/tools/clear`, validated.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ClearRequest {
+pub(crate) struct ClearRequest {
     pub source: String,
     pub role: Option<String>,
 }
 
 /// main_server treats `role: ""` exactly like `role: null`.
-pub fn fold_role(role: Option<String>) -> Option<String> {
+pub(crate) fn fold_role(role: Option<String>) -> Option<String> {
     role.filter(|r| !r.is_empty())
 }
 
 impl RegisterRequest {
-    pub fn from_object(obj: &Map<String, Value>) -> Result<Self, ValidationErrors> {
+    pub(crate) fn from_object(obj: &Map<String, Value>) -> Result<Self, ValidationErrors> {
         let mut r = FieldReader::new(obj);
         let name = r.string("name", None, 1, Some(NAME_MAX_CHARS));
         let description = r.string("description", Some(""), 0, None);
@@ -109,7 +109,7 @@ impl RegisterRequest {
 }
 
 impl UnregisterRequest {
-    pub fn from_object(obj: &Map<String, Value>) -> Result<Self, ValidationErrors> {
+    pub(crate) fn from_object(obj: &Map<String, Value>) -> Result<Self, ValidationErrors> {
         let mut r = FieldReader::new(obj);
         let name = r.string("name", None, 0, None);
         let role = r.nullable_string("role");
@@ -125,7 +125,7 @@ impl UnregisterRequest {
 }
 
 impl ClearRequest {
-    pub fn from_object(obj: &Map<String, Value>) -> Result<Self, ValidationErrors> {
+    pub(crate) fn from_object(obj: &Map<String, Value>) -> Result<Self, ValidationErrors> {
         let mut r = FieldReader::new(obj);
         let source = r.string("source", None, 1, None);
         let role = r.nullable_string("role");

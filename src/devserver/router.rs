@@ -15,7 +15,7 @@ use axum::response::Response;
 use super::http::{AppState, MAX_BODY_BYTES, access_gates};
 
 /// The whole router of one listener generation.
-pub fn router(state: AppState) -> Router {
+pub(crate) fn router(state: AppState) -> Router {
     super::control::routes()
         .layer(middleware::from_fn(dev_gate))
         // axum's 2 MB default would answer its own 413 to `/__dev/` bodies

@@ -9,7 +9,7 @@ use super::server::{DevServer, DevServerError};
 use crate::cli::DevServerArgs;
 
 /// Runs the stand-in until Ctrl-C.
-pub async fn run_cli(args: DevServerArgs) -> Result<(), DevServerError> {
+pub(crate) async fn run_cli(args: DevServerArgs) -> Result<(), DevServerError> {
     let listener = TcpListener::bind(args.listen)
         .await
         .map_err(|source| DevServerError::Bind {

@@ -80,7 +80,7 @@ impl DevServerBuilder {
 
     /// The built-in tools every role holds. Default: `recall_memory`, as
     /// upstream.
-    pub fn builtin_tools(mut self, tools: Vec<BuiltinTool>) -> Self {
+    pub(crate) fn builtin_tools(mut self, tools: Vec<BuiltinTool>) -> Self {
         self.builtins = tools;
         self
     }
@@ -331,7 +331,7 @@ impl DevServerHandle {
 
     /// Stops serving for good (the same as `stop_listener`; the handle
     /// stays usable for reading the log and the registry).
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         self.stop_listener().await;
     }
 }

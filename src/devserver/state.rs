@@ -27,7 +27,7 @@ use crate::contract::MAX_CALLBACK_CONNECTIONS;
 /// What a main_server restart wipes: the registry, its ledger and the
 /// eviction counts.
 #[derive(Debug)]
-pub struct World {
+pub(crate) struct World {
     pub registry: Registry,
     pub eviction: EvictionCounter,
     /// Bumped on every write access, so cached listings know they are stale.
@@ -43,7 +43,7 @@ struct ListingCache {
 
 /// Everything shared by one stand-in server.
 #[derive(Debug)]
-pub struct Shared {
+pub(crate) struct Shared {
     world: Mutex<World>,
     listing_cache: Mutex<ListingCache>,
     faults: Mutex<Faults>,
@@ -66,7 +66,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub fn new(roles: &[String], builtins: Vec<BuiltinTool>) -> Self {
+    pub(crate) fn new(roles: &[String], builtins: Vec<BuiltinTool>) -> Self {
         let registry = Registry::new(roles, &builtins);
         Shared {
             world: Mutex::new(World {
@@ -84,7 +84,7 @@ impl Shared {
     }
 
     /// Reads or changes the world; a change notifies waiters.
-    pub fn with_world<R>(&self, f: impl FnOnce(&mut World) -> R) -> R {
+    pub(crate) fn with_world<R>(&self, f: impl FnOnce(&mut World) -> R) -> R {
         let out = {
             let mut world = lock(&self.world);
             world.generation = world.generation.wrapping_add(1);
@@ -96,7 +96,7 @@ impl Shared {
 
     /// The `GET /api/tools` body for `role` (`None`: every role), served
     /// from the cache while the registry is unchanged.
-    pub fn listing(&self, role: Option<&str>) -> Result<Bytes, UnknownRole> {
+    pub(crate) fn listing(&self, role: Option<&str>) -> Result<Bytes, UnknownRole> {
         let world = lock(&self.world);
         let mut cache = lock(&self.listing_cache);
         if cache.generation != world.generation {
@@ -116,15 +116,15 @@ impl Shared {
     }
 
     /// Reads the world without notifying anyone.
-    pub fn read_world<R>(&self, f: impl FnOnce(&World) -> R) -> R {
+    pub(crate) fn read_world<R>(&self, f: impl FnOnce(&World) -> R) -> R {
         f(&lock(&self.world))
     }
 
-    pub fn with_faults<R>(&self, f: impl FnOnce(&mut Faults) -> R) -> R {
+    pub(crate) fn with_faults<R>(&self, f: impl FnOnce(&mut Faults) -> R) -> R {
         f(&mut lock(&self.faults))
     }
 
-    pub fn with_log<R>(&self, f: impl FnOnce(&mut RequestLog) -> R) -> R {
+    pub(crate) fn with_log<R>(&self, f: impl FnOnce(&mut RequestLog) -> R) -> R {
         let out = f(&mut lock(&self.log));
         self.notify();
         out
@@ -132,13 +132,13 @@ impl Shared {
 
     /// Reads the log without notifying anyone: a `wait_for` condition that
     /// reads it must not wake itself.
-    pub fn read_log<R>(&self, f: impl FnOnce(&RequestLog) -> R) -> R {
+    pub(crate) fn read_log<R>(&self, f: impl FnOnce(&RequestLog) -> R) -> R {
         f(&lock(&self.log))
     }
 
     /// Forgets every registration and the ledger, as a main_server restart
     /// does: each role holds only the built-ins again. Roles and faults stay.
-    pub fn restart(&self) {
+    pub(crate) fn restart(&self) {
         self.with_world(|w| {
             let roles = w.registry.role_names();
             w.registry = Registry::new(&roles, &self.builtins);
@@ -147,7 +147,7 @@ impl Shared {
     }
 
     /// A receiver that sees every later change.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
     }
 

@@ -36,7 +36,7 @@ pub struct Tool {
 
 impl Tool {
     /// The built-in tool as a registry entry.
-    pub fn from_builtin(b: &BuiltinTool) -> Self {
+    pub(crate) fn from_builtin(b: &BuiltinTool) -> Self {
         Tool {
             name: b.name.clone(),
             description: b.description.clone(),

@@ -19,7 +19,7 @@ use super::requests::{ClearRequest, RegisterRequest, UnregisterRequest};
 use super::tool::{Scope, Tool};
 
 /// The error a role reports when its sync is made to fail.
-pub const SYNC_FAILURE: &str = "session tool sync failed (injected by dev-server)";
+pub(crate) const SYNC_FAILURE: &str = "session tool sync failed (injected by dev-server)";
 
 /// Per-role outcome of one operation.
 #[derive(Debug, Default)]
@@ -48,7 +48,7 @@ impl RoleResults {
 /// `POST /api/tools/register`. Every target role gets the tool written,
 /// even one whose sync then fails, and the ledger records it; with no role
 /// at all nothing is written anywhere.
-pub fn register(
+pub(crate) fn register(
     registry: &mut Registry,
     faults: &Faults,
     req: RegisterRequest,
@@ -92,7 +92,7 @@ pub fn register(
 
 /// `POST /api/tools/unregister`: removes the name whoever registered it.
 /// Only roles that held the name sync, so only they are reported.
-pub fn unregister(
+pub(crate) fn unregister(
     registry: &mut Registry,
     faults: &Faults,
     req: UnregisterRequest,
@@ -121,7 +121,7 @@ pub fn unregister(
 }
 
 /// `POST /api/tools/clear`: `removed` counts (tool, role) pairs.
-pub fn clear(
+pub(crate) fn clear(
     registry: &mut Registry,
     faults: &Faults,
     req: ClearRequest,

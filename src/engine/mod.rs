@@ -113,7 +113,7 @@ impl Engine {
     /// Proves this loop alive to the watchdog: a beat at every turn, and at
     /// least every `every` while waiting (a backoff can be longer than the
     /// watchdog's patience).
-    pub fn with_heartbeat(mut self, heartbeat: Heartbeat, every: Duration) -> Self {
+    pub(crate) fn with_heartbeat(mut self, heartbeat: Heartbeat, every: Duration) -> Self {
         self.heartbeat = Some((heartbeat, every.max(Duration::from_millis(10))));
         self
     }
@@ -129,10 +129,6 @@ impl Engine {
     pub fn with_jitter(mut self, jitter: Jitter) -> Self {
         self.jitter = jitter;
         self
-    }
-
-    pub fn registration(&self) -> &Arc<RegistrationStore> {
-        &self.registration
     }
 
     /// Runs until `shutdown` is cancelled; returns at once when it is, even

@@ -6,7 +6,7 @@
 //! `schema` checks JSON Schemas. Nothing here talks to main_server.
 
 mod load;
-pub mod scan;
+pub(crate) mod scan;
 pub mod schema;
 
 use std::collections::BTreeMap;
@@ -21,7 +21,7 @@ pub use load::{LoadContext, ManifestFile, find_in_path, load_file, parse_manifes
 
 /// The default JSON Schema when a tool takes no parameters, as main_server
 /// itself defaults it.
-pub fn default_parameters() -> Json {
+pub(crate) fn default_parameters() -> Json {
     serde_json::json!({"type": "object", "properties": {}})
 }
 
@@ -62,7 +62,7 @@ pub struct ToolSpec {
 }
 
 impl ToolSpec {
-    pub fn timeout(&self) -> Duration {
+    pub(crate) fn timeout(&self) -> Duration {
         Duration::from_secs_f64(self.timeout_seconds)
     }
 }

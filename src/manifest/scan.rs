@@ -13,7 +13,7 @@ use crate::diag::Diagnostic;
 /// Dotfiles (vim's `.x.toml.swp`, ConfigMap's `..data`), backups (`x.toml~`,
 /// `x.toml.bak`) and emacs lock or autosave files never end in `.toml`, or
 /// start with `.` or `#`, so the rule is short.
-pub fn is_manifest_name(name: &str) -> bool {
+pub(crate) fn is_manifest_name(name: &str) -> bool {
     name.ends_with(".toml")
         && name.len() > ".toml".len()
         && !name.starts_with('.')
@@ -22,7 +22,7 @@ pub fn is_manifest_name(name: &str) -> bool {
 
 /// The manifest files of every directory, sorted by path within each
 /// directory, and a diagnostic for each directory that cannot be read.
-pub fn manifest_files(dirs: &[PathBuf]) -> (Vec<PathBuf>, Vec<Diagnostic>) {
+pub(crate) fn manifest_files(dirs: &[PathBuf]) -> (Vec<PathBuf>, Vec<Diagnostic>) {
     let mut files = Vec::new();
     let mut diags = Vec::new();
     for dir in dirs {

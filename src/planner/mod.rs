@@ -22,7 +22,7 @@ use crate::client::{FieldError, Observed, ObservedTool};
 use crate::config::ConflictPolicy;
 use crate::desired::{DesiredState, Fingerprint};
 
-pub use crate::contract::BUILTIN_SOURCE;
+pub(crate) use crate::contract::BUILTIN_SOURCE;
 
 /// What this process last registered for a tool with an `ok:true` answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,14 +113,6 @@ pub enum Action {
         role: Option<String>,
         reason: UnregisterReason,
     },
-}
-
-impl Action {
-    pub fn name(&self) -> &str {
-        match self {
-            Action::Register { name, .. } | Action::Unregister { name, .. } => name,
-        }
-    }
 }
 
 /// Another holder of one of our tool names.
@@ -394,7 +386,7 @@ fn classify_ours(listed: Option<&str>, ours: &str, mem: &ToolMemory) -> Seen {
 }
 
 /// Same scheme, host and port (the part main_server's eviction counts by).
-pub fn same_authority(a: &str, b: &str) -> bool {
+pub(crate) fn same_authority(a: &str, b: &str) -> bool {
     fn authority(u: &str) -> Option<(String, String, Option<u16>)> {
         let u = url::Url::parse(u).ok()?;
         Some((

@@ -19,7 +19,7 @@ use crate::config::absolutize;
 
 /// A hash of a manifest's bytes and of every schema file it names.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ContentHash([u8; 32]);
+pub(crate) struct ContentHash([u8; 32]);
 
 impl fmt::Debug for ContentHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -34,7 +34,7 @@ impl fmt::Debug for ContentHash {
 /// A manifest as read once: the bytes the loader will parse and their hash,
 /// so that what is hashed is exactly what is loaded.
 #[derive(Debug)]
-pub struct ReadManifest {
+pub(crate) struct ReadManifest {
     pub bytes: Vec<u8>,
     pub hash: ContentHash,
     /// To pass to the next `read` of the same file.
@@ -44,7 +44,7 @@ pub struct ReadManifest {
 /// The schema files that a manifest's bytes name, with the digest of those
 /// bytes: valid for as long as the manifest's bytes are the same.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SchemaInputs {
+pub(crate) struct SchemaInputs {
     digest: [u8; 32],
     paths: Vec<PathBuf>,
 }
@@ -53,7 +53,7 @@ pub struct SchemaInputs {
 /// A schema file that cannot be read hashes as "missing", so its appearance
 /// later is a change. `known`, what the previous read of this file found,
 /// saves parsing the manifest again when its bytes have not changed.
-pub fn read(path: &Path, known: Option<&SchemaInputs>) -> io::Result<ReadManifest> {
+pub(crate) fn read(path: &Path, known: Option<&SchemaInputs>) -> io::Result<ReadManifest> {
     let bytes = std::fs::read(path)?;
     let digest: [u8; 32] = Sha256::digest(&bytes).into();
     let inputs = match known {
@@ -91,7 +91,7 @@ fn put(h: &mut Sha256, bytes: &[u8]) {
 /// The schema files named by `parameters_file` in a manifest's tools,
 /// resolved against the manifest's folder as the loader resolves them;
 /// sorted, without repeats. Text that is not TOML names none.
-pub fn schema_inputs(path: &Path, text: &str) -> Vec<PathBuf> {
+pub(crate) fn schema_inputs(path: &Path, text: &str) -> Vec<PathBuf> {
     let base = path.parent().unwrap_or(Path::new("."));
     let Ok(doc) = text.parse::<toml::Table>() else {
         return Vec::new();

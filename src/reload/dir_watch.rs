@@ -31,7 +31,7 @@ use tokio::time::Instant;
 /// and backup files change often and never matter; everything else might
 /// (a manifest, a schema file next to it, a ConfigMap's `..data` link or
 /// `..2026_…` directory), and a needless rescan only costs a few reads.
-pub fn is_rescan_trigger(name: &str) -> bool {
+pub(crate) fn is_rescan_trigger(name: &str) -> bool {
     let editor_junk = (name.starts_with('.') && !name.starts_with(".."))
         || name.starts_with('#')
         || name.ends_with('~')
@@ -48,7 +48,7 @@ pub fn is_rescan_trigger(name: &str) -> bool {
 /// the directory and every manifest in it: if those events counted, every
 /// rescan would cause the next one, a debounce period later, forever. A
 /// close after writing does count (it marks the end of a write).
-pub fn is_change(kind: &EventKind) -> bool {
+pub(crate) fn is_change(kind: &EventKind) -> bool {
     match kind {
         EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
         EventKind::Access(_) => false,
@@ -57,7 +57,7 @@ pub fn is_change(kind: &EventKind) -> bool {
 }
 
 /// The watches on the manifest directories.
-pub struct DirWatch {
+pub(crate) struct DirWatch {
     watcher: notify::RecommendedWatcher,
     dirs: Vec<PathBuf>,
     /// The (device, inode) each directory had when it was watched: a new
@@ -81,7 +81,7 @@ impl DirWatch {
     /// debounce is the reloader's ([`Debounce`]). A `Notify` rather than a
     /// queue, because only "something happened" matters: a burst of
     /// thousands of events leaves one stored wake-up, not thousands.
-    pub fn new(dirs: &[PathBuf], dirty: Arc<Notify>) -> notify::Result<Self> {
+    pub(crate) fn new(dirs: &[PathBuf], dirty: Arc<Notify>) -> notify::Result<Self> {
         let roots: Vec<PathBuf> = dirs.to_vec();
         let handler = move |result: notify::Result<notify::Event>| {
             let relevant = match result {
@@ -117,7 +117,7 @@ impl DirWatch {
 
     /// Watches every directory that exists and is not watched yet (or was
     /// re-created), and forgets the ones that are gone.
-    pub fn refresh(&mut self) {
+    pub(crate) fn refresh(&mut self) {
         for dir in &self.dirs {
             let id = std::fs::metadata(dir)
                 .ok()
@@ -166,7 +166,7 @@ impl DirWatch {
 /// up. Pure (the caller passes the time), so the rule is tested without
 /// waiting.
 #[derive(Debug, Clone, Copy)]
-pub struct Debounce {
+pub(crate) struct Debounce {
     period: Duration,
     /// The first event of the burst not yet rescanned, and when it is due.
     pending: Option<(Instant, Instant)>,
@@ -175,9 +175,9 @@ pub struct Debounce {
 impl Debounce {
     /// A burst is rescanned at most this many debounce periods after its
     /// first event, however long it goes on.
-    pub const MAX_DELAY_PERIODS: u32 = 10;
+    pub(crate) const MAX_DELAY_PERIODS: u32 = 10;
 
-    pub fn new(period: Duration) -> Self {
+    pub(crate) fn new(period: Duration) -> Self {
         Self {
             period,
             pending: None,
@@ -185,19 +185,19 @@ impl Debounce {
     }
 
     /// An event at `now`: the rescan moves to a period later (within the cap).
-    pub fn event(&mut self, now: Instant) {
+    pub(crate) fn event(&mut self, now: Instant) {
         let first = self.pending.map_or(now, |(first, _)| first);
         let due = (now + self.period).min(first + self.period * Self::MAX_DELAY_PERIODS);
         self.pending = Some((first, due));
     }
 
     /// When the pending burst is due, if there is one.
-    pub fn due(&self) -> Option<Instant> {
+    pub(crate) fn due(&self) -> Option<Instant> {
         self.pending.map(|(_, due)| due)
     }
 
     /// A rescan started: it reads everything the pending events changed.
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.pending = None;
     }
 }

@@ -42,7 +42,7 @@ pub struct ManifestSource {
 }
 
 impl ManifestSource {
-    pub fn from_config(cfg: &AgentConfig) -> Self {
+    pub(crate) fn from_config(cfg: &AgentConfig) -> Self {
         Self {
             source: cfg.source.clone(),
             dirs: cfg.manifest_dirs.clone(),
@@ -122,7 +122,7 @@ impl ManifestSet {
         }
     }
 
-    pub fn source(&self) -> &ManifestSource {
+    pub(crate) fn source(&self) -> &ManifestSource {
         &self.source
     }
 

@@ -14,8 +14,6 @@ mod health;
 mod manifest_set;
 mod reloader;
 
-pub use content::{ContentHash, schema_inputs};
-pub use dir_watch::is_rescan_trigger;
 pub use health::{FileHealth, FileReport, ManifestHealth};
 pub use manifest_set::{ManifestSet, ManifestSource, Rescan};
 pub use reloader::{

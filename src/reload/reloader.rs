@@ -50,9 +50,9 @@ impl Default for ReloadSettings {
 impl ReloadSettings {
     /// Long enough to merge an editor's write burst (or a ConfigMap swap)
     /// into one rescan, short enough to feel immediate.
-    pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(200);
+    pub(crate) const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(200);
     /// A lost event delays a change by at most this much.
-    pub const DEFAULT_RESCAN_INTERVAL: Duration = Duration::from_secs(30);
+    pub(crate) const DEFAULT_RESCAN_INTERVAL: Duration = Duration::from_secs(30);
 
     pub fn new(debounce: Duration, rescan_interval: Duration) -> Result<Self, SettingsError> {
         // Zero would rescan at every single event of a burst.
@@ -74,14 +74,6 @@ impl ReloadSettings {
     pub fn without_events(mut self) -> Self {
         self.watch_events = false;
         self
-    }
-
-    pub fn debounce(&self) -> Duration {
-        self.debounce
-    }
-
-    pub fn rescan_interval(&self) -> Duration {
-        self.rescan_interval
     }
 }
 
