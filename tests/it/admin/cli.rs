@@ -1,0 +1,238 @@
+//! The `status` and `call` commands: the real binary against the whole
+//! daemon running in-process (admin endpoints on port 0) and the stand-in.
+//! Exit codes: `status` 0 all registered, 1 not, 2 unreachable or bad
+//! config; `call` 0 success, 1 the model sees an error, 2 no call made.
+
+use std::path::Path;
+
+use serde_json::{Value as Json, json};
+
+use crate::support::admin::*;
+use crate::support::{BIN, Workspace, dev_server, refused_port};
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+async fn sidecar(args: &[&str]) -> Out {
+    let out = tokio::process::Command::new(BIN)
+        .args(args)
+        // A config path from the environment would change what is tested.
+        .env_remove("NEKO_SIDECAR_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    Out {
+        code: out.status.code().unwrap(),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// `echo`: no schema; prints the callback body it got (plain JSON, which
+/// the sidecar passes on as the output).
+fn echo(ws: &Workspace) {
+    ws.exec_handler("echo", "cat\n", "");
+}
+
+async fn registered(ws: &Workspace, main_server: &str) -> Running {
+    let run = start(&ws.admin_config(main_server, "")).await;
+    run.wait("all registered", |s| {
+        !s.tools.is_empty() && s.all_registered()
+    })
+    .await;
+    run
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_exits_0_when_every_tool_is_registered() {
+    let h = dev_server().await;
+    let ws = Workspace::new();
+    greet(&ws);
+    echo(&ws);
+    let run = registered(&ws, &h.url()).await;
+
+    let out = sidecar(&["status", "--admin", &run.admin.to_string()]).await;
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout
+            .starts_with(&format!("main_server {}: reachable", h.url())),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("2 of 2 tools registered, ready"));
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    let header = lines.iter().position(|l| l.starts_with("TOOL")).unwrap();
+    assert!(lines[header].contains("ROLE") && lines[header].contains("LAST ERROR"));
+    assert!(lines[header + 1].starts_with("echo "), "{}", out.stdout);
+    assert!(lines[header + 2].contains("registered"));
+
+    let out = sidecar(&["status", "--admin", &run.url(), "--json"]).await;
+    assert_eq!(out.code, 0);
+    let v: Json = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["tools"].as_array().unwrap().len(), 2);
+
+    // The address read from a config's [admin] listen.
+    let cli = Workspace::new();
+    let config = cli.admin_config(&h.url(), &run.admin.to_string());
+    let out = sidecar(&["status", "--config", config.to_str().unwrap()]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_exits_1_on_a_conflict_or_main_server_down() {
+    let h = dev_server().await;
+    let (_ws, run) = in_conflict_over_greet(&h).await;
+    let out = sidecar(&["status", "--admin", &run.url()]).await;
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert!(out.stdout.contains("NOT READY"));
+    assert!(out.stdout.contains("conflict"));
+    assert!(
+        out.stdout.contains("`greet` is in conflict"),
+        "{}",
+        out.stdout
+    );
+    run.stop().await;
+
+    let ws = Workspace::new();
+    greet(&ws);
+    let run = start(&ws.admin_config(&format!("http://127.0.0.1:{}", refused_port()), "")).await;
+    run.wait("a failed GET", |s| s.main_server.failed_attempts >= 1)
+        .await;
+    let out = sidecar(&["status", "--admin", &run.url()]).await;
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    assert!(out.stdout.contains(": UNREACHABLE ("), "{}", out.stdout);
+    run.stop().await;
+}
+
+#[tokio::test]
+async fn status_exits_2_when_the_admin_endpoint_cannot_be_read() {
+    let port = refused_port();
+    let out = sidecar(&["status", "--admin", &format!("127.0.0.1:{port}")]).await;
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .contains("cannot reach the sidecar's admin endpoint"),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stdout.is_empty());
+
+    let out = sidecar(&["status", "--config", "/nonexistent/agent.toml"]).await;
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr.contains("/nonexistent/agent.toml"),
+        "{}",
+        out.stderr
+    );
+
+    let ws = Workspace::new();
+    let off = ws.admin_config("http://127.0.0.1:1", "");
+    let out = sidecar(&["status", "--config", off.to_str().unwrap()]).await;
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("turned off"), "{}", out.stderr);
+}
+
+fn answer(out: &Out) -> Json {
+    serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}{}", out.stdout, out.stderr))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_shows_what_the_model_sees() {
+    let h = dev_server().await;
+    let ws = Workspace::new();
+    greet(&ws);
+    echo(&ws);
+    let run = registered(&ws, &h.url()).await;
+    let admin = run.url();
+
+    let out = sidecar(&[
+        "call",
+        "greet",
+        "--args",
+        r#"{"name": "Ada"}"#,
+        "--admin",
+        &admin,
+    ])
+    .await;
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let a = answer(&out);
+    assert_eq!(a["tool"], "greet");
+    assert_eq!(a["output"], "hello");
+    assert_eq!(a["is_error"], false);
+    assert_eq!(a["error"], Json::Null);
+    assert_eq!(a["images"], 0);
+    assert_eq!(a["warnings"], json!([]));
+    assert!(a["call_id"].as_str().unwrap().starts_with("call_"));
+
+    // A validation failure: the handler does not run, the model is told why.
+    let out = sidecar(&["call", "greet", "--args", "{}", "--admin", &admin]).await;
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    let a = answer(&out);
+    assert_eq!(a["is_error"], true);
+    assert_eq!(a["output"]["code"], "INVALID_ARGUMENTS");
+    assert!(a["error"].as_str().unwrap().contains("name"), "{a}");
+
+    // The exact body main_server sends: the model's text verbatim.
+    let raw = r#"{"name":   "Ada"}"#;
+    let out = sidecar(&["call", "echo", "--raw-args", raw, "--admin", &admin]).await;
+    assert_eq!(out.code, 0, "{}", out.stdout);
+    let body = &answer(&out)["output"];
+    assert_eq!(body["name"], "echo");
+    assert_eq!(body["arguments"], json!({"name": "Ada"}));
+    assert_eq!(body["raw_arguments"], raw);
+    assert_eq!(body["call_id"], answer(&out)["call_id"]);
+    // Text that is not JSON reaches the sidecar as main_server wraps it
+    // (`{"_raw": TEXT}`), and the sidecar tells the model to retry.
+    let out = sidecar(&["call", "echo", "--raw-args", "not json", "--admin", &admin]).await;
+    assert_eq!(out.code, 1, "{}", out.stdout);
+    let a = answer(&out);
+    assert_eq!(a["output"]["code"], "INVALID_ARGUMENTS");
+    assert!(
+        a["error"].as_str().unwrap().contains("not valid JSON"),
+        "{a}"
+    );
+
+    // The calls went through the sidecar's callback server and counted.
+    let s = run.status_json().await;
+    let greet = s["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "greet")
+        .unwrap();
+    assert_eq!(
+        (greet["calls"].as_u64(), greet["failures"].as_u64()),
+        (Some(2), Some(1))
+    );
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_exits_2_when_no_call_can_be_made() {
+    let h = dev_server().await;
+    let ws = Workspace::new();
+    greet(&ws);
+    let run = registered(&ws, &h.url()).await;
+    let admin = run.url();
+
+    let out = sidecar(&["call", "nope", "--admin", &admin]).await;
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .contains("no tool named `nope`; it serves: greet"),
+        "{}",
+        out.stderr
+    );
+    let out = sidecar(&["call", "greet", "--args", "{name", "--admin", &admin]).await;
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("--raw-args"), "{}", out.stderr);
+    let missing = Path::new("/nonexistent/agent.toml");
+    let out = sidecar(&["call", "greet", "--config", missing.to_str().unwrap()]).await;
+    assert_eq!(out.code, 2);
+    run.stop().await;
+}

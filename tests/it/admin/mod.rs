@@ -1,0 +1,8 @@
+//! The admin side of the daemon: `/status`, `/readyz`, `/metrics`, the log
+//! volume of an outage, and the `status` and `call` commands.
+
+mod cli;
+mod logs;
+mod metrics;
+mod readyz;
+mod status;

@@ -1,0 +1,87 @@
+//! The example handlers in `examples/handlers/`, called through the real
+//! callback server as a plugin author would wire them. Python and Node
+//! examples are skipped, saying so, when the interpreter is missing.
+
+use std::path::PathBuf;
+
+use serde_json::json;
+
+use crate::support::callback::*;
+use crate::support::{repo, skip_without, weather_http_server};
+
+fn handlers_dir() -> PathBuf {
+    repo().join("examples/handlers")
+}
+
+fn weather_tool(handler: &str) -> String {
+    format!(
+        "[[tool]]\nname = \"weather\"\ndescription = \"Weather of a city\"\nhandler = {handler}\nparameters = {{ type = \"object\", properties = {{ city = {{ type = \"string\" }} }}, required = [\"city\"] }}\n"
+    )
+}
+
+async fn check_weather(sc: &Sidecar) {
+    let out = success(&sc.call("weather", json!({"city": "Tokyo"})).await);
+    assert_eq!(
+        out,
+        json!({"city": "Tokyo", "temp_c": 22, "weather": "sunny"})
+    );
+    // A failure carries its message in `output`, the only part main_server
+    // shows the model; `error` repeats it for the logs.
+    let (_, body) = sc.call("weather", json!({"city": "Paris"})).await;
+    assert_eq!(body["is_error"], true);
+    let message = body["output"]["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{body}"));
+    assert!(
+        message.contains("unknown city") && message.contains("known cities"),
+        "{body}"
+    );
+    assert_eq!(body["output"], json!({ "error": message }), "{body}");
+    assert_eq!(body["error"], message, "{body}");
+}
+
+async fn exec_example(interpreter: &str, file: &str) {
+    if skip_without(interpreter, &format!("examples/handlers/{file}")) {
+        return;
+    }
+    let script = handlers_dir().join(file);
+    let handler = format!(
+        "{{ type = \"exec\", command = [\"{interpreter}\", \"{}\"] }}",
+        script.display()
+    );
+    let sc = Sidecar::start(&state(&handlers_dir(), &weather_tool(&handler))).await;
+    check_weather(&sc).await;
+}
+
+#[tokio::test]
+async fn the_python_exec_example_answers() {
+    exec_example("python3", "weather_exec.py").await;
+}
+
+#[tokio::test]
+async fn the_node_exec_example_answers() {
+    exec_example("node", "weather_exec.js").await;
+}
+
+#[tokio::test]
+async fn the_sh_exec_example_answers() {
+    let toml = format!(
+        "[[tool]]\nname = \"disk_usage\"\ndescription = \"Disk usage\"\nhandler = {{ type = \"exec\", command = [\"{}\"] }}\n",
+        handlers_dir().join("disk_usage.sh").display()
+    );
+    let sc = Sidecar::start(&state(&handlers_dir(), &toml)).await;
+    let out = success(&sc.call("disk_usage", json!({})).await);
+    assert!(out.as_str().unwrap().contains(" used of "), "{out}");
+}
+
+#[tokio::test]
+async fn the_python_http_example_answers() {
+    if skip_without("python3", "examples/handlers/weather_http.py") {
+        return;
+    }
+    let (mut server, addr) = weather_http_server(&handlers_dir().join("weather_http.py")).await;
+    let handler = format!("{{ type = \"http\", url = \"http://{addr}/weather\" }}");
+    let sc = Sidecar::start(&state(&handlers_dir(), &weather_tool(&handler))).await;
+    check_weather(&sc).await;
+    server.kill().await.unwrap();
+}

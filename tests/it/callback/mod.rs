@@ -1,0 +1,8 @@
+//! The callback server, where main_server calls our tools: its own rules,
+//! its HTTP/1.1, exec and http handlers, and the example handlers.
+
+mod examples;
+mod exec;
+mod http;
+mod server;
+mod wire;

@@ -1,0 +1,10 @@
+//! The whole daemon against the stand-in: end to end through the example
+//! handlers, recovery, manifest reloads, signals and exit codes, systemd
+//! notifications, and a main_server with no role yet.
+
+mod e2e;
+mod no_role;
+mod recovery;
+mod reload;
+mod signals;
+mod systemd;
