@@ -13,14 +13,6 @@ use clap::Parser;
 use neko_sidecar::cli::Cli;
 use neko_sidecar::commands::Invocation;
 
-/// mimalloc instead of glibc's malloc: every call allocates and frees a
-/// few dozen small buffers, where glibc spent 11 % of the daemon's CPU
-/// (BENCHMARKS.md, benchmark 1). Built with `no_thp`: with transparent huge
-/// pages its arenas made an idle daemon 13 MiB larger (26 against 12 MiB
-/// resident), against the goal of an idle daemon under 10 MiB.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let invocation = match Invocation::prepare(Cli::parse()) {
         Ok(invocation) => invocation,
