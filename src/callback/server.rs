@@ -85,8 +85,10 @@ struct Conn {
     since_ms: AtomicU64,
     /// A body was left unread: linger when closing.
     linger: AtomicBool,
-    /// Woken on every change above, so the watch reads its deadline again.
-    changed: Notify,
+    /// Woken when a request head begins, the one change that can bring the
+    /// connection's deadline forward; any other change is seen when the
+    /// watch next wakes (see `deadline`).
+    head_began: Notify,
     /// Cancelled to close the connection at once (to make room).
     evict: CancellationToken,
 }
@@ -95,21 +97,25 @@ impl Conn {
     fn set_since(&self, epoch: Instant) {
         let ms = epoch.elapsed().as_millis() as u64;
         self.since_ms.store(ms, Ordering::Relaxed);
-        self.changed.notify_one();
     }
 
-    /// When this connection is to be closed, if nothing happens before;
-    /// `None` while it answers a request.
-    fn deadline(&self, epoch: Instant, limits: &ConnectionLimits) -> Option<Instant> {
+    /// When this connection's watch should look at it next: its deadline,
+    /// or, while it answers a request, one idle timeout from now.
+    fn deadline(&self, epoch: Instant, limits: &ConnectionLimits) -> Instant {
         if self.busy.load(Ordering::Relaxed) {
-            return None;
+            return Instant::now() + limits.idle_timeout;
         }
         let since = epoch + Duration::from_millis(self.since_ms.load(Ordering::Relaxed));
-        Some(if self.head_started.load(Ordering::Relaxed) {
+        if self.head_started.load(Ordering::Relaxed) {
             since + limits.read_timeout
         } else {
             since + limits.idle_timeout
-        })
+        }
+    }
+
+    /// Whether its deadline has passed (never while it answers a request).
+    fn expired(&self, epoch: Instant, limits: &ConnectionLimits) -> bool {
+        !self.busy.load(Ordering::Relaxed) && self.deadline(epoch, limits) <= Instant::now()
     }
 }
 
@@ -119,7 +125,6 @@ struct Busy<'a>(&'a Conn, Instant);
 impl<'a> Busy<'a> {
     fn new(conn: &'a Conn, epoch: Instant) -> Self {
         conn.busy.store(true, Ordering::Relaxed);
-        conn.changed.notify_one();
         Self(conn, epoch)
     }
 }
@@ -212,7 +217,7 @@ impl Connections {
             head_started: AtomicBool::new(false),
             since_ms: AtomicU64::new(0),
             linger: AtomicBool::new(false),
-            changed: Notify::new(),
+            head_began: Notify::new(),
             evict: CancellationToken::new(),
         });
         conn.set_since(self.epoch);
@@ -299,7 +304,7 @@ async fn serve_connection(
     let stop = shared.stop_accepting.clone();
     let mut stopping = false;
     loop {
-        let deadline = conn.deadline(epoch, &connections.limits);
+        let limits = &connections.limits;
         tokio::select! {
             r = http.as_mut() => {
                 if let Err(e) = r {
@@ -307,10 +312,9 @@ async fn serve_connection(
                 }
                 return;
             }
-            () = conn.changed.notified() => {}
-            () = sleep_until(deadline) => {
-                // Woken late (a change raced the timer): look again.
-                if conn.deadline(epoch, &connections.limits).is_some_and(|d| d <= Instant::now()) {
+            () = conn.head_began.notified() => {}
+            () = tokio::time::sleep_until(conn.deadline(epoch, limits)) => {
+                if conn.expired(epoch, limits) {
                     let why = if conn.head_started.load(Ordering::Relaxed) { "its request stalled" } else { "it was idle" };
                     tracing::debug!(%peer, why, "closing a callback connection");
                     return;
@@ -327,13 +331,6 @@ async fn serve_connection(
                 stopping = true;
             }
         }
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
     }
 }
 
@@ -498,6 +495,7 @@ impl AsyncRead for Watched {
             && !c.head_started.swap(true, Ordering::Relaxed)
         {
             c.set_since(self.epoch);
+            c.head_began.notify_one();
         }
         r
     }
