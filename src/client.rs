@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde_json::{Value as Json, json};
 
 use crate::config::MainServerConfig;
+use crate::diag::with_causes;
 
 pub(crate) const REGISTER: &str = "/api/tools/register";
 pub(crate) const UNREGISTER: &str = "/api/tools/unregister";
@@ -284,28 +285,14 @@ impl Client {
     /// A failure before a whole answer arrived.
     fn transport(&self, e: reqwest::Error) -> CallErrorKind {
         // A connect timeout is both `is_connect` and `is_timeout`: nobody
-        // answered the door, which is "unreachable", not a slow server.
-        if e.is_connect() {
-            CallErrorKind::Unreachable(error_chain(&e))
-        } else if e.is_timeout() {
+        // answered the door, which is "unreachable", not a slow server. So
+        // is a connection closed mid-answer (main_server stopping).
+        if e.is_timeout() && !e.is_connect() {
             CallErrorKind::Timeout(self.timeout)
         } else {
-            // E.g. the connection closed mid-answer (main_server stopping).
-            CallErrorKind::Unreachable(error_chain(&e))
+            CallErrorKind::Unreachable(with_causes(&e))
         }
     }
-}
-
-/// The error and its causes on one line ("error sending request: ...: Connection refused").
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 fn snippet(body: &[u8]) -> String {

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::{CallArgs, CheckArgs, Cli, Command, DemoArgs, DevServerArgs, StatusArgs};
 use crate::config::AgentConfig;
 use crate::logging::LogFormat;
-use crate::{admin, check, config, daemon, demo, devserver, systemd};
+use crate::{admin, check, config, daemon, demo, devserver, diag, systemd};
 
 /// Exit status for an invalid config (sysexits' EX_CONFIG); the systemd
 /// unit does not restart on it.
@@ -247,22 +247,10 @@ fn block_on(fut: impl Future<Output = Result<(), Box<dyn Error>>>) -> ExitCode {
     match runtime.block_on(fut) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("neko-sidecar: {}", with_causes(e.as_ref()));
+            eprintln!("neko-sidecar: {}", diag::with_causes(e.as_ref()));
             ExitCode::FAILURE
         }
     }
-}
-
-/// An error and each of its causes, joined by ": ".
-fn with_causes(e: &dyn Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }
 
 /// Prints to stdout; a closed pipe (`check | head`) is not an error.
@@ -272,20 +260,5 @@ fn print_or_exit(text: &str) {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
             eprintln!("neko-sidecar: cannot write to stdout: {e}");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("outer")]
-    struct Outer(#[source] std::io::Error);
-
-    #[test]
-    fn an_error_is_shown_with_its_causes() {
-        let e = Outer(std::io::Error::other("inner"));
-        assert_eq!(with_causes(&e), "outer: inner");
     }
 }

@@ -21,6 +21,7 @@ use axum::body::Bytes;
 use reqwest::{Client, Url};
 
 use super::handler::HandlerError;
+use crate::diag::{root_cause, with_causes};
 use crate::manifest::HttpHandler;
 
 /// How much of a non-2xx answer is quoted back, as main_server quotes.
@@ -100,7 +101,7 @@ impl Endpoint {
         }
         let client = clients
             .client(h.unix_socket.as_deref())
-            .map_err(|e| format!("{target}: cannot set up a client: {}", chain(&e)))?;
+            .map_err(|e| format!("{target}: cannot set up a client: {}", with_causes(&e)))?;
         Ok(Self {
             target,
             url,
@@ -133,7 +134,7 @@ pub(crate) async fn call(
                     detail: format!(
                         "the sidecar has no file descriptor left to reach {} ({}): raise its open-files limit (LimitNOFILE)",
                         e.target,
-                        chain(&err)
+                        with_causes(&err)
                     ),
                 }
             } else if err.is_connect() {
@@ -143,7 +144,7 @@ pub(crate) async fn call(
                 }
             } else {
                 HandlerError::Failed {
-                    detail: format!("{}: {}", e.target, chain(&err)),
+                    detail: format!("{}: {}", e.target, with_causes(&err)),
                 }
             }
         })?;
@@ -177,7 +178,7 @@ pub(crate) async fn call(
         Ok((b, false)) => Ok(b),
         Ok((_, true)) => Err(too_large),
         Err(err) => Err(HandlerError::Failed {
-            detail: format!("reading the answer of {}: {}", e.target, chain(&err)),
+            detail: format!("reading the answer of {}: {}", e.target, with_causes(&err)),
         }),
     }
 }
@@ -195,33 +196,6 @@ async fn read_bounded(
         out.extend_from_slice(&chunk);
     }
     Ok((out, false))
-}
-
-/// The error and its causes, as one line: reqwest's own message alone
-/// ("error sending request") does not say what happened.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let cause = s.to_string();
-        if !text.contains(&cause) {
-            text.push_str(": ");
-            text.push_str(&cause);
-        }
-        source = s.source();
-    }
-    text
-}
-
-/// The innermost cause, which names what the OS said ("Connection refused").
-fn root_cause(e: &dyn std::error::Error) -> String {
-    let mut last = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        last = s.to_string();
-        source = s.source();
-    }
-    last
 }
 
 /// EMFILE/ENFILE anywhere in the error's causes.
