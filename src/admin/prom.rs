@@ -68,6 +68,12 @@ impl Exposition {
         self.out.push('\n');
     }
 
+    /// A family of one sample without labels.
+    pub(crate) fn single(&mut self, name: &str, kind: Kind, help: &str, value: f64) {
+        self.family(name, kind, help);
+        self.sample(name, &[], value);
+    }
+
     /// A histogram's samples from per-bucket (not cumulative) counts:
     /// `bounds.len() + 1` of them, the last for +Inf.
     pub(crate) fn histogram(
