@@ -86,6 +86,14 @@ impl Diagnostic {
     pub fn is_error(&self) -> bool {
         self.severity == Severity::Error
     }
+
+    /// Logs it at its severity.
+    pub(crate) fn log(&self) {
+        match self.severity {
+            Severity::Error => tracing::error!("{self}"),
+            Severity::Warning => tracing::warn!("{self}"),
+        }
+    }
 }
 
 impl fmt::Display for Diagnostic {
