@@ -172,25 +172,16 @@ struct Inner {
 }
 
 /// The shared store; hand out `Arc<RegistrationStore>`.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct RegistrationStore {
     inner: Mutex<Inner>,
     /// Bumped on every published change; waiters re-check on it.
     changes: watch::Sender<u64>,
 }
 
-impl Default for RegistrationStore {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl RegistrationStore {
     pub fn new() -> Self {
-        Self {
-            inner: Mutex::new(Inner::default()),
-            changes: watch::channel(0).0,
-        }
+        Self::default()
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

@@ -151,11 +151,6 @@ impl Notifier {
         self.send(&[NotifyState::Stopping])
     }
 
-    /// `WATCHDOG=1`. Normally sent by `Watchdog::run`, not by hand.
-    pub fn watchdog_ping(&self) -> Result<(), NotifyError> {
-        self.send(&[NotifyState::Watchdog])
-    }
-
     /// A watchdog for this notifier, when systemd configured one.
     pub fn watchdog(&self, heartbeat: Heartbeat) -> Option<Watchdog> {
         let usec = self.watchdog?;
@@ -293,7 +288,7 @@ impl Watchdog {
                         tracing::info!("the reconcile loop is alive again; watchdog pings resume");
                         wedged = false;
                     }
-                    if let Err(e) = self.notifier.watchdog_ping() {
+                    if let Err(e) = self.notifier.send(&[NotifyState::Watchdog]) {
                         tracing::warn!("{e}");
                     }
                 }
@@ -303,8 +298,7 @@ impl Watchdog {
                     );
                     wedged = true;
                 }
-                Some(_) => {}
-                None => {}
+                Some(_) | None => {}
             }
         }
     }

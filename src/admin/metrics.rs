@@ -28,7 +28,7 @@ const STATES: [&str; 6] = [
 
 /// Renders a scrape.
 pub(crate) fn render(s: &Sample) -> String {
-    let mut e = Exposition::new();
+    let mut e = Exposition::default();
     build_info(&mut e, s);
     main_server(&mut e, s);
     engine(&mut e, s);

@@ -36,10 +36,6 @@ pub(crate) struct Exposition {
 }
 
 impl Exposition {
-    pub(crate) fn new() -> Self {
-        Self::default()
-    }
-
     /// Starts a family. Counter names end in `_total` by convention; the
     /// caller passes the full name.
     pub(crate) fn family(&mut self, name: &str, kind: Kind, help: &str) {
@@ -160,7 +156,7 @@ mod tests {
 
     #[test]
     fn label_values_and_help_are_escaped() {
-        let mut e = Exposition::new();
+        let mut e = Exposition::default();
         e.family("x_total", Kind::Counter, "a \\ b\nc");
         e.sample("x_total", &[("tool", "a\"b\\c\nd"), ("k", "東京")], 3.0);
         assert_eq!(
@@ -182,7 +178,7 @@ mod tests {
 
     #[test]
     fn histograms_are_cumulative_and_end_with_inf() {
-        let mut e = Exposition::new();
+        let mut e = Exposition::default();
         e.family("h_seconds", Kind::Histogram, "h");
         e.histogram("h_seconds", &[("tool", "t")], &[0.1, 1.0], &[2, 0, 3], 4.5);
         let text = e.finish();

@@ -430,7 +430,7 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
         json!({"ms": took.as_millis() as u64, "left": left}),
     );
     stop_handlers.cancel();
-    stand_in.shutdown().await;
+    stand_in.stop_listener().await;
     if opts.keep_running {
         let _ = std::fs::remove_dir_all(dir);
     }
