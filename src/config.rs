@@ -137,12 +137,7 @@ const TOP_KEYS: &[&str] = &[
 /// Reads and validates a config file. Returns the config (when it has no
 /// errors) and every diagnostic, warnings included.
 pub fn load(path: &Path) -> (Option<AgentConfig>, Vec<Diagnostic>) {
-    let (cfg, diags) = load_partial(path);
-    if diags.iter().any(Diagnostic::is_error) {
-        (None, diags)
-    } else {
-        (cfg, diags)
-    }
+    complete(load_partial(path))
 }
 
 /// Like `load`, but a config with errors still comes back, its bad values
@@ -159,12 +154,15 @@ pub(crate) fn load_partial(path: &Path) -> (Option<AgentConfig>, Vec<Diagnostic>
 
 /// Validates config text; `path` locates messages and anchors relative paths.
 pub fn parse(path: &Path, text: &str) -> (Option<AgentConfig>, Vec<Diagnostic>) {
-    let (cfg, diags) = parse_partial(path, text);
-    if diags.iter().any(Diagnostic::is_error) {
-        (None, diags)
-    } else {
-        (cfg, diags)
-    }
+    complete(parse_partial(path, text))
+}
+
+/// No config at all once any diagnostic is an error.
+fn complete(
+    (cfg, diags): (Option<AgentConfig>, Vec<Diagnostic>),
+) -> (Option<AgentConfig>, Vec<Diagnostic>) {
+    let cfg = cfg.filter(|_| !diags.iter().any(Diagnostic::is_error));
+    (cfg, diags)
 }
 
 fn parse_partial(path: &Path, text: &str) -> (Option<AgentConfig>, Vec<Diagnostic>) {

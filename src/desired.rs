@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde_json::{Value as Json, json};
 use sha2::{Digest, Sha256};
 
-use crate::diag::{Diagnostic, Position};
+use crate::diag::Diagnostic;
 use crate::manifest::{ManifestFile, ToolSpec};
 
 /// A hash of what main_server receives for a tool, callback URL excluded.
@@ -85,6 +85,18 @@ pub fn canonical_json(v: &Json) -> String {
     sorted(v).to_string()
 }
 
+/// The error at `spec`, which declares the name of `first` again.
+pub(crate) fn declared_twice(spec: &ToolSpec, first: &ToolSpec) -> Diagnostic {
+    Diagnostic::error(
+        &spec.origin.file,
+        Some(spec.origin.position()),
+        format!(
+            "tool `{}` is declared twice: first at {}; tool names must be unique within one sidecar",
+            spec.name, first.origin
+        ),
+    )
+}
+
 /// One desired tool.
 #[derive(Debug, Clone)]
 pub struct DesiredTool {
@@ -108,17 +120,7 @@ impl DesiredState {
         for file in files {
             for spec in &file.tools {
                 if let Some(first) = tools.get(&spec.name) {
-                    diags.push(Diagnostic::error(
-                        &spec.origin.file,
-                        Some(Position {
-                            line: spec.origin.line,
-                            col: spec.origin.col,
-                        }),
-                        format!(
-                            "tool `{}` is declared twice: first at {}; tool names must be unique within one sidecar",
-                            spec.name, first.spec.origin
-                        ),
-                    ));
+                    diags.push(declared_twice(spec, &first.spec));
                     continue;
                 }
                 let fingerprint = Fingerprint::of(spec, source);

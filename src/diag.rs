@@ -69,11 +69,8 @@ impl Diagnostic {
         message: impl Into<String>,
     ) -> Self {
         Self {
-            path: path.to_path_buf(),
-            position,
             severity: Severity::Warning,
-            message: message.into(),
-            anchor: None,
+            ..Self::error(path, position, message)
         }
     }
 
@@ -101,23 +98,10 @@ impl fmt::Display for Diagnostic {
     /// and CI annotators can jump to the place.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.position {
-            Some(p) => write!(
-                f,
-                "{}:{}:{}: {}: {}",
-                self.path.display(),
-                p.line,
-                p.col,
-                self.severity,
-                self.message
-            ),
-            None => write!(
-                f,
-                "{}: {}: {}",
-                self.path.display(),
-                self.severity,
-                self.message
-            ),
+            Some(p) => write!(f, "{}:{}:{}: ", self.path.display(), p.line, p.col)?,
+            None => write!(f, "{}: ", self.path.display())?,
         }
+        write!(f, "{}: {}", self.severity, self.message)
     }
 }
 

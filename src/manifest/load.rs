@@ -42,7 +42,7 @@ impl ManifestFile {
         self.diagnostics.iter().any(Diagnostic::is_error)
     }
 
-    fn failed(path: &Path, d: Diagnostic) -> Self {
+    pub(crate) fn failed(path: &Path, d: Diagnostic) -> Self {
         Self {
             path: path.to_path_buf(),
             tools: Vec::new(),
