@@ -16,7 +16,6 @@
 
 use serde::Serialize;
 
-use super::eviction::origin_of;
 use super::tool::Tool;
 
 /// One accepted registration: the tool as registered and its scope.
@@ -80,15 +79,7 @@ impl Ledger {
     /// Forgets every registration of `source` whose callback is on
     /// `origin` (`scheme://host:port`), whatever its scope.
     pub(crate) fn evict(&mut self, source: &str, origin: &str) -> usize {
-        self.forget(|e| {
-            e.tool.source == source
-                && e.tool
-                    .callback_url
-                    .as_deref()
-                    .and_then(origin_of)
-                    .as_deref()
-                    == Some(origin)
-        })
+        self.forget(|e| e.tool.is_of(source, origin))
     }
 
     /// The tools a replay into `role` writes, in order.

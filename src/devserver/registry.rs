@@ -212,17 +212,9 @@ impl Registry {
     /// pairs went from the roles.
     pub(crate) fn evict(&mut self, source: &str, origin: &str) -> usize {
         self.ledger.evict(source, origin);
-        let doomed = |t: &Tool| {
-            t.source == source
-                && t.callback_url
-                    .as_deref()
-                    .and_then(super::eviction::origin_of)
-                    .as_deref()
-                    == Some(origin)
-        };
         self.role_names()
             .iter()
-            .map(|role| self.remove_where(role, doomed))
+            .map(|role| self.remove_where(role, |t| t.is_of(source, origin)))
             .sum()
     }
 

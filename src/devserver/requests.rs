@@ -74,37 +74,17 @@ impl RegisterRequest {
             0,
             MAX_TIMEOUT_SECONDS,
         );
-        r.finish()?;
-        // After finish() succeeded every field above is Some; the match keeps
-        // that reasoning local instead of unwrapping.
-        match (
-            name,
-            description,
-            parameters,
-            callback_url,
-            role,
-            source,
-            timeout,
-        ) {
-            (
-                Some(name),
-                Some(description),
-                Some(parameters),
-                Some(callback_url),
-                Some(role),
-                Some(source),
-                Some(timeout_seconds),
-            ) => Ok(RegisterRequest {
-                name,
-                description,
-                parameters,
-                callback_url,
-                role: fold_role(role),
-                source,
-                timeout_seconds,
-            }),
-            _ => Err(ValidationErrors(Vec::new())),
-        }
+        r.finish(|| {
+            Some(RegisterRequest {
+                name: name?,
+                description: description?,
+                parameters: parameters?,
+                callback_url: callback_url?,
+                role: fold_role(role?),
+                source: source?,
+                timeout_seconds: timeout?,
+            })
+        })
     }
 }
 
@@ -113,14 +93,12 @@ impl UnregisterRequest {
         let mut r = FieldReader::new(obj);
         let name = r.string("name", None, 0, None);
         let role = r.nullable_string("role");
-        r.finish()?;
-        match (name, role) {
-            (Some(name), Some(role)) => Ok(UnregisterRequest {
-                name,
-                role: fold_role(role),
-            }),
-            _ => Err(ValidationErrors(Vec::new())),
-        }
+        r.finish(|| {
+            Some(UnregisterRequest {
+                name: name?,
+                role: fold_role(role?),
+            })
+        })
     }
 }
 
@@ -129,14 +107,12 @@ impl ClearRequest {
         let mut r = FieldReader::new(obj);
         let source = r.string("source", None, 1, None);
         let role = r.nullable_string("role");
-        r.finish()?;
-        match (source, role) {
-            (Some(source), Some(role)) => Ok(ClearRequest {
-                source,
-                role: fold_role(role),
-            }),
-            _ => Err(ValidationErrors(Vec::new())),
-        }
+        r.finish(|| {
+            Some(ClearRequest {
+                source: source?,
+                role: fold_role(role?),
+            })
+        })
     }
 }
 
