@@ -32,47 +32,29 @@ const POOL_IDLE: Duration = Duration::from_secs(60);
 /// concurrency a tool sees in practice, far fewer than the descriptor limit.
 const MAX_IDLE_PER_ENDPOINT: usize = 256;
 
-/// The pooled clients, shared by every call of one callback server.
+/// The pooled clients, shared by every call of one callback server: by
+/// unix socket, and `None` for TCP.
 #[derive(Debug, Default)]
-pub(crate) struct HttpClients {
-    tcp: Mutex<Option<Client>>,
-    unix: Mutex<HashMap<PathBuf, Client>>,
-}
+pub(crate) struct HttpClients(Mutex<HashMap<Option<PathBuf>, Client>>);
 
 impl HttpClients {
     fn client(&self, socket: Option<&Path>) -> Result<Client, reqwest::Error> {
-        let build = |socket: Option<&Path>| {
-            let b = Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .no_proxy()
-                .pool_idle_timeout(POOL_IDLE)
-                .pool_max_idle_per_host(MAX_IDLE_PER_ENDPOINT);
-            match socket {
-                Some(s) => b.unix_socket(s.to_path_buf()),
-                None => b,
-            }
-            .build()
-        };
-        match socket {
-            None => {
-                let mut tcp = self.tcp.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(c) = &*tcp {
-                    return Ok(c.clone());
-                }
-                let c = build(None)?;
-                *tcp = Some(c.clone());
-                Ok(c)
-            }
-            Some(s) => {
-                let mut unix = self.unix.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(c) = unix.get(s) {
-                    return Ok(c.clone());
-                }
-                let c = build(Some(s))?;
-                unix.insert(s.to_path_buf(), c.clone());
-                Ok(c)
-            }
+        let mut clients = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let key = socket.map(Path::to_path_buf);
+        if let Some(c) = clients.get(&key) {
+            return Ok(c.clone());
         }
+        let mut builder = Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .pool_idle_timeout(POOL_IDLE)
+            .pool_max_idle_per_host(MAX_IDLE_PER_ENDPOINT);
+        if let Some(s) = socket {
+            builder = builder.unix_socket(s.to_path_buf());
+        }
+        let c = builder.build()?;
+        clients.insert(key, c.clone());
+        Ok(c)
     }
 }
 
@@ -251,7 +233,7 @@ mod tests {
         Endpoint::new(&h("/run/a.sock"), &clients).unwrap();
         Endpoint::new(&h("/run/a.sock"), &clients).unwrap();
         Endpoint::new(&h("/run/b.sock"), &clients).unwrap();
-        assert_eq!(clients.unix.lock().unwrap().len(), 2);
+        assert_eq!(clients.0.lock().unwrap().len(), 2);
     }
 
     /// A server answering each request with `reply(body)`, closing the
