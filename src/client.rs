@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use axum::body::Bytes;
 use reqwest::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
@@ -245,41 +246,36 @@ impl Client {
 
     /// `GET /api/tools`: every role and its tools.
     pub(crate) async fn list(&self) -> Result<Observed, CallError> {
-        let err = |kind| CallError { route: LIST, kind };
-        let resp = self
-            .http
-            .get(format!("{}{LIST}", self.base))
-            .send()
-            .await
-            .map_err(|e| err(self.transport(e)))?;
-        let status = resp.status();
-        let body = resp.bytes().await.map_err(|e| err(self.transport(e)))?;
-        if status != StatusCode::OK {
-            return Err(err(classify_status(status, &body)));
-        }
-        serde_json::from_slice::<Observed>(&body).map_err(|e| {
-            err(CallErrorKind::Other {
-                status: Some(status.as_u16()),
+        let body = self.send(LIST, None).await?;
+        serde_json::from_slice::<Observed>(&body).map_err(|e| CallError {
+            route: LIST,
+            kind: CallErrorKind::Other {
+                status: Some(200),
                 body: format!("cannot read the tool list ({e}): {}", snippet(&body)),
-            })
+            },
         })
     }
 
     async fn post(&self, route: &'static str, body: &Json) -> Result<Reply, CallError> {
+        let bytes = self.send(route, Some(body)).await?;
+        read_reply(&bytes).map_err(|kind| CallError { route, kind })
+    }
+
+    /// GETs `route`, or POSTs `body` to it; the body of a 200 answer.
+    async fn send(&self, route: &'static str, body: Option<&Json>) -> Result<Bytes, CallError> {
         let err = |kind| CallError { route, kind };
-        let resp = self
-            .http
-            .post(format!("{}{route}", self.base))
-            .json(body)
-            .send()
-            .await
-            .map_err(|e| err(self.transport(e)))?;
+        let url = format!("{}{route}", self.base);
+        let request = match body {
+            Some(body) => self.http.post(url).json(body),
+            None => self.http.get(url),
+        };
+        let resp = request.send().await.map_err(|e| err(self.transport(e)))?;
         let status = resp.status();
         let bytes = resp.bytes().await.map_err(|e| err(self.transport(e)))?;
         if status != StatusCode::OK {
             return Err(err(classify_status(status, &bytes)));
         }
-        read_reply(&bytes).map_err(err)
+        Ok(bytes)
     }
 
     /// A failure before a whole answer arrived.
