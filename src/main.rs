@@ -14,10 +14,9 @@ use neko_sidecar::cli::Cli;
 use neko_sidecar::commands::Invocation;
 
 /// mimalloc instead of glibc's malloc: every call allocates and frees a
-/// few dozen small buffers, where glibc spent 11 % of the daemon's CPU
-/// (BENCHMARKS.md, benchmark 1). Built with `no_thp`: with transparent huge
-/// pages its arenas made an idle daemon 13 MiB larger (26 against 12 MiB
-/// resident), against the goal of an idle daemon under 10 MiB.
+/// few dozen small buffers, which glibc does more slowly. Built with
+/// `no_thp`: transparent huge pages swell an idle daemon's arenas
+/// (BENCHMARKS.md, benchmark 1, has both figures).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

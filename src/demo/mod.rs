@@ -12,7 +12,6 @@
 mod assets;
 mod weather;
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -520,26 +519,16 @@ fn show(a: &Json) -> String {
 }
 
 fn print_try_it(h: &DevServerHandle, config: &Path) {
-    let mut s = String::new();
-    let _ = writeln!(s, "\nEverything stays up. In another terminal, try:");
-    let _ = writeln!(s, "   curl -s {}/api/tools", h.url());
-    let _ = writeln!(
-        s,
-        "   curl -s -XPOST {}/__dev/invoke -H 'content-type: application/json' -d '{{\"name\":\"get_weather\",\"arguments\":{{\"city\":\"Sapporo\"}}}}'",
-        h.url()
-    );
+    let (url, config) = (h.url(), config.display());
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "neko-sidecar".into());
-    let _ = writeln!(s, "   {exe} status --config {}", config.display());
-    let _ = writeln!(
-        s,
-        "   {exe} call get_weather --args '{{\"city\":\"Osaka\"}}' --config {}",
-        config.display()
+    println!("\nEverything stays up. In another terminal, try:");
+    println!("   curl -s {url}/api/tools");
+    println!(
+        "   curl -s -XPOST {url}/__dev/invoke -H 'content-type: application/json' -d '{{\"name\":\"get_weather\",\"arguments\":{{\"city\":\"Sapporo\"}}}}'"
     );
-    let _ = writeln!(
-        s,
-        "Press Ctrl-C to stop; the sidecar then removes its tools."
-    );
-    println!("{s}");
+    println!("   {exe} status --config {config}");
+    println!("   {exe} call get_weather --args '{{\"city\":\"Osaka\"}}' --config {config}");
+    println!("Press Ctrl-C to stop; the sidecar then removes its tools.\n");
 }
