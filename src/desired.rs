@@ -167,6 +167,14 @@ mod tests {
         f
     }
 
+    /// The fingerprint of the `weather` tool of `text`, under `source`.
+    fn fingerprint(source: &str, text: &str) -> Fingerprint {
+        DesiredState::assemble(source, &[file("a.toml", text)])
+            .0
+            .tools["weather"]
+            .fingerprint
+    }
+
     const TOOL: &str = r#"
 [[tool]]
 name = "weather"
@@ -181,20 +189,15 @@ parameters = { type = "object", properties = { city = { type = "string" } }, req
             "parameters = { type = \"object\", properties = { city = { type = \"string\" } }, required = [\"city\"] }",
             "parameters = { required = [\"city\"], properties = { city = { type = \"string\" } }, type = \"object\" }",
         );
-        let a = DesiredState::assemble("plugin:x", &[file("a.toml", TOOL)]).0;
-        let b = DesiredState::assemble("plugin:x", &[file("a.toml", &reordered)]).0;
         assert_eq!(
-            a.tools["weather"].fingerprint,
-            b.tools["weather"].fingerprint
+            fingerprint("plugin:x", TOOL),
+            fingerprint("plugin:x", &reordered)
         );
     }
 
     #[test]
     fn what_the_server_receives_changes_the_fingerprint_and_the_handler_does_not() {
-        let base = DesiredState::assemble("plugin:x", &[file("a.toml", TOOL)])
-            .0
-            .tools["weather"]
-            .fingerprint;
+        let base = fingerprint("plugin:x", TOOL);
         let variants = [
             TOOL.replace("Weather of a city", "Weather"),
             TOOL.replace("type = \"string\"", "type = \"integer\""),
@@ -202,23 +205,11 @@ parameters = { type = "object", properties = { city = { type = "string" } }, req
             TOOL.replace("[[tool]]", "[[tool]]\nrole = \"Lanlan\""),
         ];
         for v in &variants {
-            let fp = DesiredState::assemble("plugin:x", &[file("a.toml", v)])
-                .0
-                .tools["weather"]
-                .fingerprint;
-            assert_ne!(fp, base, "{v}");
+            assert_ne!(fingerprint("plugin:x", v), base, "{v}");
         }
-        let other_source = DesiredState::assemble("plugin:y", &[file("a.toml", TOOL)])
-            .0
-            .tools["weather"]
-            .fingerprint;
-        assert_ne!(other_source, base);
+        assert_ne!(fingerprint("plugin:y", TOOL), base);
         let other_handler = TOOL.replace("127.0.0.1:9/w", "127.0.0.1:10/v");
-        let fp = DesiredState::assemble("plugin:x", &[file("a.toml", &other_handler)])
-            .0
-            .tools["weather"]
-            .fingerprint;
-        assert_eq!(fp, base);
+        assert_eq!(fingerprint("plugin:x", &other_handler), base);
     }
 
     #[test]

@@ -91,16 +91,14 @@ impl Notifier {
     /// as in `NOTIFY_SOCKET`.
     pub fn with_socket(path: impl Into<PathBuf>) -> Result<Self, NotifyError> {
         let path = path.into();
-        let addr = socket_addr(&path).map_err(|source| NotifyError::Address {
+        let invalid = |source| NotifyError::Address {
             path: path.clone(),
             source,
-        })?;
+        };
+        let addr = socket_addr(&path).map_err(invalid)?;
         let socket = UnixDatagram::unbound()
             .and_then(|s| s.set_write_timeout(Some(SEND_TIMEOUT)).map(|()| s))
-            .map_err(|source| NotifyError::Address {
-                path: path.clone(),
-                source,
-            })?;
+            .map_err(invalid)?;
         Ok(Self {
             target: Some(Arc::new(Target { path, addr, socket })),
             watchdog: None,

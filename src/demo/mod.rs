@@ -177,6 +177,7 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
     let stop_handlers = CancellationToken::new();
     let weather_addr = weather::serve(free_listener().await?, stop_handlers.clone())
         .map_err(setup("cannot start the example http handler"))?;
+    let weather_url = format!("http://{weather_addr}/weather");
     story.chapter(2, "The plugin's tools are described in TOML manifests");
     let mut expected: Vec<(&str, Option<&str>)> = Vec::new();
     for tool in assets::TOOLS {
@@ -189,10 +190,7 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
                 continue;
             }
         }
-        let manifest = tool.manifest.replace(
-            assets::WEATHER_URL,
-            &format!("http://{weather_addr}/weather"),
-        );
+        let manifest = tool.manifest.replace(assets::WEATHER_URL, &weather_url);
         assets::write(dir, &format!("tools/{}", tool.manifest_file), &manifest)
             .map_err(setup("cannot write a manifest"))?;
         for (rel, text) in tool.files {
@@ -358,10 +356,9 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
         7,
         "The plugin author adds a `unit` parameter to get_weather's manifest",
     );
-    let weather = assets::TOOLS[0].manifest.replace(
-        assets::WEATHER_URL,
-        &format!("http://{weather_addr}/weather"),
-    );
+    let weather = assets::TOOLS[0]
+        .manifest
+        .replace(assets::WEATHER_URL, &weather_url);
     let edited = format!(
         "{weather}\n[tool.parameters.properties.unit]\ntype = \"string\"\nenum = [\"celsius\", \"fahrenheit\"]\ndescription = \"Temperature unit\"\n"
     );
