@@ -269,23 +269,4 @@ mod tests {
         assert!(text.contains("neko_sidecar_tools{state=\"pending\"} 2\n"));
         assert!(text.contains("neko_sidecar_tools{state=\"conflict\"} 0\n"));
     }
-
-    #[test]
-    fn every_family_has_help_and_type_before_its_samples() {
-        let text = render(&sample_with(&["a"]));
-        let mut typed = std::collections::BTreeSet::new();
-        for line in text.lines() {
-            if let Some(rest) = line.strip_prefix("# TYPE ") {
-                let name = rest.split(' ').next().unwrap();
-                assert!(typed.insert(name.to_owned()), "{name} typed twice");
-            } else if !line.starts_with('#') {
-                let name = line.split(['{', ' ']).next().unwrap();
-                let base = ["_bucket", "_sum", "_count"]
-                    .iter()
-                    .find_map(|s| name.strip_suffix(s).filter(|b| typed.contains(*b)))
-                    .unwrap_or(name);
-                assert!(typed.contains(base), "{name} before its TYPE");
-            }
-        }
-    }
 }

@@ -175,23 +175,4 @@ mod tests {
         assert_eq!(format_value(f64::NAN), "NaN");
         assert_eq!(format_value(1e21).parse::<f64>().unwrap(), 1e21);
     }
-
-    #[test]
-    fn histograms_are_cumulative_and_end_with_inf() {
-        let mut e = Exposition::default();
-        e.family("h_seconds", Kind::Histogram, "h");
-        e.histogram("h_seconds", &[("tool", "t")], &[0.1, 1.0], &[2, 0, 3], 4.5);
-        let text = e.finish();
-        let lines: Vec<&str> = text.lines().skip(2).collect();
-        assert_eq!(
-            lines,
-            [
-                "h_seconds_bucket{tool=\"t\",le=\"0.1\"} 2",
-                "h_seconds_bucket{tool=\"t\",le=\"1\"} 2",
-                "h_seconds_bucket{tool=\"t\",le=\"+Inf\"} 5",
-                "h_seconds_sum{tool=\"t\"} 4.5",
-                "h_seconds_count{tool=\"t\"} 5",
-            ]
-        );
-    }
 }

@@ -152,19 +152,6 @@ mod tests {
     }
 
     #[test]
-    fn replay_takes_global_and_own_entries_in_order() {
-        let mut l = Ledger::default();
-        l.record(None, tool("g", "s", 1, Scope::Global));
-        l.record(Some("R"), tool("g", "s2", 1, Scope::Role));
-        l.record(Some("Q"), tool("q", "s", 1, Scope::Role));
-        let r: Vec<_> = l.replay_for("R").map(|t| t.source.as_str()).collect();
-        assert_eq!(r, ["s", "s2"], "the scoped copy is written last and wins");
-        let q: Vec<_> = l.replay_for("Q").map(|t| t.name.as_str()).collect();
-        assert_eq!(q, ["g", "q"]);
-        assert_eq!(l.replay_for("New").count(), 1);
-    }
-
-    #[test]
     fn forgetting_follows_the_scope_of_the_operation() {
         let mut l = Ledger::default();
         l.record(None, tool("g", "s", 1, Scope::Global));

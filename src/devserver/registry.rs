@@ -299,16 +299,6 @@ mod tests {
     }
 
     #[test]
-    fn unknown_role_is_reported() {
-        let r = Registry::new(&roles(), &[]);
-        assert_eq!(
-            r.target_roles(Some("Nobody")),
-            Err(UnknownRole("Nobody".into()))
-        );
-        assert_eq!(r.target_roles(None).unwrap(), roles());
-    }
-
-    #[test]
     fn evict_matches_source_and_origin_in_every_role() {
         let mut r = Registry::new(&roles(), &[]);
         for role in roles() {
@@ -347,17 +337,6 @@ mod tests {
         assert_eq!(keys, roles());
         assert_eq!(body["tools_by_role"]["小八"][0]["name"], "q\"uote");
         assert_eq!(body["tools_by_role"]["Lanlan"], json!([]));
-    }
-
-    #[test]
-    fn listing_hides_schema_and_scope() {
-        let mut r = Registry::new(&roles(), &[]);
-        r.put("Lanlan", tool("a", "s", "http://127.0.0.1:1/", Scope::Role));
-        let body: Value = serde_json::from_str(&r.listing_json(Some("Lanlan"))).unwrap();
-        assert_eq!(
-            body,
-            json!({"ok":true,"tools_by_role":{"Lanlan":[{"name":"a","description":"","source":"s","callback_url":"http://127.0.0.1:1/","is_remote":true}]}})
-        );
     }
 
     fn builtin() -> Vec<BuiltinTool> {
@@ -420,26 +399,5 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["recall_memory", "g", "m"]
         );
-    }
-
-    #[test]
-    fn eviction_empties_the_ledger_of_that_plugin_and_origin() {
-        let mut r = Registry::new(&roles(), &[]);
-        let dead = tool("a", "plugin:p", "http://127.0.0.1:7000/a", Scope::Global);
-        let alive = tool("b", "plugin:p", "http://127.0.0.1:7001/b", Scope::Global);
-        for t in [dead, alive] {
-            for role in roles() {
-                r.put(&role, t.clone());
-            }
-            r.ledger_mut().record(None, t);
-        }
-        assert_eq!(r.evict("plugin:p", "http://127.0.0.1:7000"), 2);
-        let left: Vec<_> = r
-            .ledger()
-            .entries()
-            .iter()
-            .map(|e| e.tool.name.as_str())
-            .collect();
-        assert_eq!(left, ["b"]);
     }
 }
