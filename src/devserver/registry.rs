@@ -56,6 +56,15 @@ impl Entry {
     }
 }
 
+/// Replaces the entry of `tool`'s name in place, or appends one.
+fn put_entry(entries: &mut Vec<Entry>, tool: Tool) {
+    let entry = Entry::new(tool);
+    match entries.iter_mut().find(|e| e.tool.name == entry.tool.name) {
+        Some(slot) => *slot = entry,
+        None => entries.push(entry),
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 struct RoleEntries {
     role: String,
@@ -143,11 +152,7 @@ impl Registry {
             .map(|b| Entry::new(Tool::from_builtin(b)))
             .collect();
         for tool in self.ledger.replay_for(role) {
-            let entry = Entry::new(tool.clone());
-            match entries.iter_mut().find(|e| e.tool.name == tool.name) {
-                Some(slot) => *slot = entry,
-                None => entries.push(entry),
-            }
+            put_entry(&mut entries, tool.clone());
         }
         if let Some(rt) = self.role_mut(role) {
             rt.entries = entries;
@@ -175,15 +180,7 @@ impl Registry {
         let Some(rt) = self.role_mut(role) else {
             return false;
         };
-        let entry = Entry::new(tool);
-        match rt
-            .entries
-            .iter_mut()
-            .find(|e| e.tool.name == entry.tool.name)
-        {
-            Some(slot) => *slot = entry,
-            None => rt.entries.push(entry),
-        }
+        put_entry(&mut rt.entries, tool);
         true
     }
 

@@ -444,10 +444,7 @@ fn read_parameters(
         };
     }
     let json = default_parameters();
-    match schema::compile(&json) {
-        Ok(v) => Some((json, v)),
-        Err(_) => None,
-    }
+    schema::compile(&json).ok().map(|v| (json, v))
 }
 
 fn read_handler(
