@@ -213,19 +213,6 @@ parameters = { type = "object", properties = { city = { type = "string" } }, req
     }
 
     #[test]
-    fn duplicate_names_name_both_places() {
-        let (state, diags) =
-            DesiredState::assemble("plugin:x", &[file("a.toml", TOOL), file("b.toml", TOOL)]);
-        assert_eq!(state.len(), 1);
-        assert_eq!(state.tools["weather"].spec.origin.file, Path::new("a.toml"));
-        assert_eq!(diags.len(), 1);
-        assert_eq!(
-            diags[0].to_string(),
-            "b.toml:2:1: error: tool `weather` is declared twice: first at a.toml:2:1; tool names must be unique within one sidecar"
-        );
-    }
-
-    #[test]
     fn register_body_has_the_contract_fields() {
         let state = DesiredState::assemble("plugin:x", &[file("a.toml", TOOL)]).0;
         let body = register_body(
