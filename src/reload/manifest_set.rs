@@ -380,9 +380,9 @@ impl ManifestSet {
             Some(_) => None,
         };
         if let Some(change) = change {
-            let (count, names) = (plural(tools.len(), "tool"), names(&tools));
-            out.notes
-                .push(format!("{}: {change} {count}: {names}", path.display()));
+            let count = plural(tools.len(), "tool");
+            let what = format!("{}: {change} {count}: {}", path.display(), names(&tools));
+            out.notes.push(what);
         }
         if force || previous.is_none_or(|r| r.diagnostics != warnings) {
             out.problems.extend(warnings.iter().cloned());
