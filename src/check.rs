@@ -11,7 +11,8 @@ use std::path::Path;
 use crate::config::{self, AgentConfig};
 use crate::desired::DesiredState;
 use crate::diag::{self, Diagnostic, plural};
-use crate::manifest::{self, LoadContext, ManifestFile};
+use crate::manifest::{self, ManifestFile};
+use crate::reload::ManifestSource;
 
 /// Everything the daemon would load, and every problem found on the way.
 #[derive(Debug)]
@@ -27,9 +28,7 @@ pub(crate) fn load_manifests(
     cfg: &AgentConfig,
 ) -> (Vec<ManifestFile>, DesiredState, Vec<Diagnostic>) {
     let (paths, mut diags) = manifest::scan::manifest_files(&cfg.manifest_dirs);
-    let ctx = LoadContext {
-        allow_remote_handlers: cfg.handlers.allow_remote,
-    };
+    let ctx = ManifestSource::from_config(cfg).context;
     let files: Vec<ManifestFile> = paths.iter().map(|p| manifest::load_file(p, &ctx)).collect();
     for f in &files {
         diags.extend(f.diagnostics.iter().cloned());

@@ -9,11 +9,13 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use axum::body::Bytes;
 use reqwest::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value as Json, json};
 
 use crate::config::MainServerConfig;
+use crate::diag::with_causes;
 
 pub(crate) const REGISTER: &str = "/api/tools/register";
 pub(crate) const UNREGISTER: &str = "/api/tools/unregister";
@@ -244,68 +246,49 @@ impl Client {
 
     /// `GET /api/tools`: every role and its tools.
     pub(crate) async fn list(&self) -> Result<Observed, CallError> {
-        let err = |kind| CallError { route: LIST, kind };
-        let resp = self
-            .http
-            .get(format!("{}{LIST}", self.base))
-            .send()
-            .await
-            .map_err(|e| err(self.transport(e)))?;
-        let status = resp.status();
-        let body = resp.bytes().await.map_err(|e| err(self.transport(e)))?;
-        if status != StatusCode::OK {
-            return Err(err(classify_status(status, &body)));
-        }
-        serde_json::from_slice::<Observed>(&body).map_err(|e| {
-            err(CallErrorKind::Other {
-                status: Some(status.as_u16()),
+        let body = self.send(LIST, None).await?;
+        serde_json::from_slice::<Observed>(&body).map_err(|e| CallError {
+            route: LIST,
+            kind: CallErrorKind::Other {
+                status: Some(200),
                 body: format!("cannot read the tool list ({e}): {}", snippet(&body)),
-            })
+            },
         })
     }
 
     async fn post(&self, route: &'static str, body: &Json) -> Result<Reply, CallError> {
+        let bytes = self.send(route, Some(body)).await?;
+        read_reply(&bytes).map_err(|kind| CallError { route, kind })
+    }
+
+    /// GETs `route`, or POSTs `body` to it; the body of a 200 answer.
+    async fn send(&self, route: &'static str, body: Option<&Json>) -> Result<Bytes, CallError> {
         let err = |kind| CallError { route, kind };
-        let resp = self
-            .http
-            .post(format!("{}{route}", self.base))
-            .json(body)
-            .send()
-            .await
-            .map_err(|e| err(self.transport(e)))?;
+        let url = format!("{}{route}", self.base);
+        let request = match body {
+            Some(body) => self.http.post(url).json(body),
+            None => self.http.get(url),
+        };
+        let resp = request.send().await.map_err(|e| err(self.transport(e)))?;
         let status = resp.status();
         let bytes = resp.bytes().await.map_err(|e| err(self.transport(e)))?;
         if status != StatusCode::OK {
             return Err(err(classify_status(status, &bytes)));
         }
-        read_reply(&bytes).map_err(err)
+        Ok(bytes)
     }
 
     /// A failure before a whole answer arrived.
     fn transport(&self, e: reqwest::Error) -> CallErrorKind {
         // A connect timeout is both `is_connect` and `is_timeout`: nobody
-        // answered the door, which is "unreachable", not a slow server.
-        if e.is_connect() {
-            CallErrorKind::Unreachable(error_chain(&e))
-        } else if e.is_timeout() {
+        // answered the door, which is "unreachable", not a slow server. So
+        // is a connection closed mid-answer (main_server stopping).
+        if e.is_timeout() && !e.is_connect() {
             CallErrorKind::Timeout(self.timeout)
         } else {
-            // E.g. the connection closed mid-answer (main_server stopping).
-            CallErrorKind::Unreachable(error_chain(&e))
+            CallErrorKind::Unreachable(with_causes(&e))
         }
     }
-}
-
-/// The error and its causes on one line ("error sending request: ...: Connection refused").
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 fn snippet(body: &[u8]) -> String {

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cli::{CallArgs, CheckArgs, Cli, Command, DemoArgs, DevServerArgs, StatusArgs};
 use crate::config::AgentConfig;
 use crate::logging::LogFormat;
-use crate::{admin, check, config, daemon, demo, devserver, systemd};
+use crate::{admin, check, config, daemon, demo, devserver, diag, systemd};
 
 /// Exit status for an invalid config (sysexits' EX_CONFIG); the systemd
 /// unit does not restart on it.
@@ -133,18 +133,16 @@ impl Invocation {
                 }
             }
             Prepared::Status(args) => {
-                let r = on_client_runtime(admin::status(
+                match client_command(admin::status(
                     &args.config,
                     args.admin.as_deref(),
                     args.json,
-                ));
-                match r {
-                    Ok(Ok(report)) => {
+                )) {
+                    Ok(report) => {
                         print_or_exit(&report.text);
                         exit_unless(report.ready, 1)
                     }
-                    Ok(Err(e)) => client_failure(&e),
-                    Err(e) => client_failure(&e),
+                    Err(code) => code,
                 }
             }
             Prepared::Call(args) => {
@@ -153,16 +151,14 @@ impl Invocation {
                     args: args.args,
                     raw_args: args.raw_args,
                 };
-                let r = on_client_runtime(admin::call(&args.config, args.admin.as_deref(), &opts));
-                match r {
-                    Ok(Ok(report)) => {
+                match client_command(admin::call(&args.config, args.admin.as_deref(), &opts)) {
+                    Ok(report) => {
                         let text = serde_json::to_string_pretty(&report.answer)
                             .unwrap_or_else(|_| report.answer.to_string());
                         print_or_exit(&format!("{text}\n"));
                         exit_unless(!report.is_error, 1)
                     }
-                    Ok(Err(e)) => client_failure(&e),
-                    Err(e) => client_failure(&e),
+                    Err(code) => code,
                 }
             }
             Prepared::DevServer(args) => block_on(async move {
@@ -212,57 +208,48 @@ async fn run_daemon(cfg: AgentConfig) -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-/// Runs a client command's future on a small single-threaded runtime.
-fn on_client_runtime<F: Future>(fut: F) -> Result<F::Output, std::io::Error> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    Ok(runtime.block_on(fut))
-}
-
-/// `status` and `call` could not do their job: exit 2.
-fn client_failure(e: &dyn std::fmt::Display) -> ExitCode {
-    eprintln!("neko-sidecar: {e}");
-    ExitCode::from(EX_CLIENT_FAILURE)
-}
-
-/// Runs a future on a fresh single-threaded runtime and maps its result.
+/// Runs a future on a fresh single-threaded runtime.
 ///
 /// One thread is enough for every command: the daemon's work (calls that
 /// mostly wait for handlers, the engine, reloads, the admin endpoint) is
 /// waiting, and a work-stealing pool would cost an idle daemon a thread per
 /// CPU, each with its stack and allocator heap (BENCHMARKS.md, "Idle").
 /// Blocking work (reading manifests) goes to `spawn_blocking`.
-fn block_on(fut: impl Future<Output = Result<(), Box<dyn Error>>>) -> ExitCode {
-    let built = tokio::runtime::Builder::new_current_thread()
+fn on_runtime<F: Future>(fut: F) -> Result<F::Output, std::io::Error> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .build();
-    let runtime = match built {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("neko-sidecar: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        .build()?;
+    Ok(runtime.block_on(fut))
+}
+
+/// Runs `status` or `call`; one that could not do its job exits 2.
+fn client_command<T, E: std::fmt::Display>(
+    fut: impl Future<Output = Result<T, E>>,
+) -> Result<T, ExitCode> {
+    let failure = |e: &dyn std::fmt::Display| {
+        eprintln!("neko-sidecar: {e}");
+        ExitCode::from(EX_CLIENT_FAILURE)
     };
-    match runtime.block_on(fut) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("neko-sidecar: {}", with_causes(e.as_ref()));
-            ExitCode::FAILURE
-        }
+    match on_runtime(fut) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(failure(&e)),
+        Err(e) => Err(failure(&e)),
     }
 }
 
-/// An error and each of its causes, joined by ": ".
-fn with_causes(e: &dyn Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
+/// Runs a command on [`on_runtime`] and maps its result.
+fn block_on(fut: impl Future<Output = Result<(), Box<dyn Error>>>) -> ExitCode {
+    match on_runtime(fut) {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            eprintln!("neko-sidecar: {}", diag::with_causes(e.as_ref()));
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("neko-sidecar: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
     }
-    text
 }
 
 /// Prints to stdout; a closed pipe (`check | head`) is not an error.
@@ -272,20 +259,5 @@ fn print_or_exit(text: &str) {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
             eprintln!("neko-sidecar: cannot write to stdout: {e}");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("outer")]
-    struct Outer(#[source] std::io::Error);
-
-    #[test]
-    fn an_error_is_shown_with_its_causes() {
-        let e = Outer(std::io::Error::other("inner"));
-        assert_eq!(with_causes(&e), "outer: inner");
     }
 }

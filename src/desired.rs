@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde_json::{Value as Json, json};
 use sha2::{Digest, Sha256};
 
-use crate::diag::{Diagnostic, Position};
+use crate::diag::Diagnostic;
 use crate::manifest::{ManifestFile, ToolSpec};
 
 /// A hash of what main_server receives for a tool, callback URL excluded.
@@ -85,6 +85,18 @@ pub fn canonical_json(v: &Json) -> String {
     sorted(v).to_string()
 }
 
+/// The error at `spec`, which declares the name of `first` again.
+pub(crate) fn declared_twice(spec: &ToolSpec, first: &ToolSpec) -> Diagnostic {
+    Diagnostic::error(
+        &spec.origin.file,
+        Some(spec.origin.position()),
+        format!(
+            "tool `{}` is declared twice: first at {}; tool names must be unique within one sidecar",
+            spec.name, first.origin
+        ),
+    )
+}
+
 /// One desired tool.
 #[derive(Debug, Clone)]
 pub struct DesiredTool {
@@ -108,17 +120,7 @@ impl DesiredState {
         for file in files {
             for spec in &file.tools {
                 if let Some(first) = tools.get(&spec.name) {
-                    diags.push(Diagnostic::error(
-                        &spec.origin.file,
-                        Some(Position {
-                            line: spec.origin.line,
-                            col: spec.origin.col,
-                        }),
-                        format!(
-                            "tool `{}` is declared twice: first at {}; tool names must be unique within one sidecar",
-                            spec.name, first.spec.origin
-                        ),
-                    ));
+                    diags.push(declared_twice(spec, &first.spec));
                     continue;
                 }
                 let fingerprint = Fingerprint::of(spec, source);
@@ -165,6 +167,14 @@ mod tests {
         f
     }
 
+    /// The fingerprint of the `weather` tool of `text`, under `source`.
+    fn fingerprint(source: &str, text: &str) -> Fingerprint {
+        DesiredState::assemble(source, &[file("a.toml", text)])
+            .0
+            .tools["weather"]
+            .fingerprint
+    }
+
     const TOOL: &str = r#"
 [[tool]]
 name = "weather"
@@ -179,20 +189,15 @@ parameters = { type = "object", properties = { city = { type = "string" } }, req
             "parameters = { type = \"object\", properties = { city = { type = \"string\" } }, required = [\"city\"] }",
             "parameters = { required = [\"city\"], properties = { city = { type = \"string\" } }, type = \"object\" }",
         );
-        let a = DesiredState::assemble("plugin:x", &[file("a.toml", TOOL)]).0;
-        let b = DesiredState::assemble("plugin:x", &[file("a.toml", &reordered)]).0;
         assert_eq!(
-            a.tools["weather"].fingerprint,
-            b.tools["weather"].fingerprint
+            fingerprint("plugin:x", TOOL),
+            fingerprint("plugin:x", &reordered)
         );
     }
 
     #[test]
     fn what_the_server_receives_changes_the_fingerprint_and_the_handler_does_not() {
-        let base = DesiredState::assemble("plugin:x", &[file("a.toml", TOOL)])
-            .0
-            .tools["weather"]
-            .fingerprint;
+        let base = fingerprint("plugin:x", TOOL);
         let variants = [
             TOOL.replace("Weather of a city", "Weather"),
             TOOL.replace("type = \"string\"", "type = \"integer\""),
@@ -200,36 +205,11 @@ parameters = { type = "object", properties = { city = { type = "string" } }, req
             TOOL.replace("[[tool]]", "[[tool]]\nrole = \"Lanlan\""),
         ];
         for v in &variants {
-            let fp = DesiredState::assemble("plugin:x", &[file("a.toml", v)])
-                .0
-                .tools["weather"]
-                .fingerprint;
-            assert_ne!(fp, base, "{v}");
+            assert_ne!(fingerprint("plugin:x", v), base, "{v}");
         }
-        let other_source = DesiredState::assemble("plugin:y", &[file("a.toml", TOOL)])
-            .0
-            .tools["weather"]
-            .fingerprint;
-        assert_ne!(other_source, base);
+        assert_ne!(fingerprint("plugin:y", TOOL), base);
         let other_handler = TOOL.replace("127.0.0.1:9/w", "127.0.0.1:10/v");
-        let fp = DesiredState::assemble("plugin:x", &[file("a.toml", &other_handler)])
-            .0
-            .tools["weather"]
-            .fingerprint;
-        assert_eq!(fp, base);
-    }
-
-    #[test]
-    fn duplicate_names_name_both_places() {
-        let (state, diags) =
-            DesiredState::assemble("plugin:x", &[file("a.toml", TOOL), file("b.toml", TOOL)]);
-        assert_eq!(state.len(), 1);
-        assert_eq!(state.tools["weather"].spec.origin.file, Path::new("a.toml"));
-        assert_eq!(diags.len(), 1);
-        assert_eq!(
-            diags[0].to_string(),
-            "b.toml:2:1: error: tool `weather` is declared twice: first at a.toml:2:1; tool names must be unique within one sidecar"
-        );
+        assert_eq!(fingerprint("plugin:x", &other_handler), base);
     }
 
     #[test]

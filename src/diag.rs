@@ -69,11 +69,8 @@ impl Diagnostic {
         message: impl Into<String>,
     ) -> Self {
         Self {
-            path: path.to_path_buf(),
-            position,
             severity: Severity::Warning,
-            message: message.into(),
-            anchor: None,
+            ..Self::error(path, position, message)
         }
     }
 
@@ -86,6 +83,14 @@ impl Diagnostic {
     pub fn is_error(&self) -> bool {
         self.severity == Severity::Error
     }
+
+    /// Logs it at its severity.
+    pub(crate) fn log(&self) {
+        match self.severity {
+            Severity::Error => tracing::error!("{self}"),
+            Severity::Warning => tracing::warn!("{self}"),
+        }
+    }
 }
 
 impl fmt::Display for Diagnostic {
@@ -93,23 +98,10 @@ impl fmt::Display for Diagnostic {
     /// and CI annotators can jump to the place.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.position {
-            Some(p) => write!(
-                f,
-                "{}:{}:{}: {}: {}",
-                self.path.display(),
-                p.line,
-                p.col,
-                self.severity,
-                self.message
-            ),
-            None => write!(
-                f,
-                "{}: {}: {}",
-                self.path.display(),
-                self.severity,
-                self.message
-            ),
+            Some(p) => write!(f, "{}:{}:{}: ", self.path.display(), p.line, p.col)?,
+            None => write!(f, "{}: ", self.path.display())?,
         }
+        write!(f, "{}: {}", self.severity, self.message)
     }
 }
 
@@ -216,6 +208,32 @@ pub(crate) fn plural(n: usize, word: &str) -> String {
     }
 }
 
+/// An error and each of its causes, joined by ": ", leaving out a cause
+/// whose text is already there: reqwest's own message ("error sending
+/// request") does not say what happened, its causes do.
+pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+/// The innermost cause, which names what the OS said ("Connection refused").
+pub(crate) fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cur = e;
+    while let Some(next) = cur.source() {
+        cur = next;
+    }
+    cur.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,5 +258,16 @@ mod tests {
         assert_eq!(d.to_string(), "t.toml:3:7: error: bad");
         let w = Diagnostic::warning(Path::new("t.toml"), None, "meh");
         assert_eq!(w.to_string(), "t.toml: warning: meh");
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn an_error_is_shown_with_its_causes() {
+        let e = Outer(std::io::Error::other("inner"));
+        assert_eq!(with_causes(&e), "outer: inner");
+        assert_eq!(root_cause(&e), "inner");
     }
 }

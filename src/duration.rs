@@ -17,9 +17,6 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    if num.is_empty() {
-        return Err(format!("`{text}` is not a duration: expected {ALLOWED}"));
-    }
     let value: f64 = num
         .parse()
         .map_err(|_| format!("`{text}` is not a duration: expected {ALLOWED}"))?;

@@ -172,25 +172,16 @@ struct Inner {
 }
 
 /// The shared store; hand out `Arc<RegistrationStore>`.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct RegistrationStore {
     inner: Mutex<Inner>,
     /// Bumped on every published change; waiters re-check on it.
     changes: watch::Sender<u64>,
 }
 
-impl Default for RegistrationStore {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl RegistrationStore {
     pub fn new() -> Self {
-        Self {
-            inner: Mutex::new(Inner::default()),
-            changes: watch::channel(0).0,
-        }
+        Self::default()
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -293,8 +284,7 @@ impl RegistrationStore {
     /// A GET answered.
     pub(crate) fn main_server_ok(&self) {
         let mut inner = self.lock();
-        let ms = &mut inner.snap.main_server;
-        match ms.reachable {
+        match inner.snap.main_server.reachable {
             Some(false) => {
                 let down_for = inner.down_since.map(|t| t.elapsed()).unwrap_or_default();
                 tracing::info!(
@@ -401,23 +391,16 @@ fn log_change(name: &str, prev: Option<&ToolState>, state: &ToolState) {
         ToolState::Conflict {
             owner,
             callback_url,
-            same_source: true,
-        } => tracing::warn!(
-            tool = %name,
-            owner = %owner,
-            callback_url = callback_url.as_deref().unwrap_or("none"),
-            "another agent registers this tool with OUR source from another address: two sidecars share one `source`; give each its own. Not fighting over it"
-        ),
-        ToolState::Conflict {
-            owner,
-            callback_url,
-            same_source: false,
-        } => tracing::warn!(
-            tool = %name,
-            owner = %owner,
-            callback_url = callback_url.as_deref().unwrap_or("none"),
-            "tool name is registered by another owner; leaving it alone (conflict_policy decides)"
-        ),
+            same_source,
+        } => {
+            let what = if *same_source {
+                "another agent registers this tool with OUR source from another address: two sidecars share one `source`; give each its own. Not fighting over it"
+            } else {
+                "tool name is registered by another owner; leaving it alone (conflict_policy decides)"
+            };
+            let callback_url = callback_url.as_deref().unwrap_or("none");
+            tracing::warn!(tool = %name, owner = %owner, callback_url, "{what}");
+        }
         ToolState::Rejected { errors } => {
             let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();
             tracing::warn!(tool = %name, errors = %errors.join("; "), "main_server rejected the tool; not retrying until its manifest changes")

@@ -91,16 +91,14 @@ impl Notifier {
     /// as in `NOTIFY_SOCKET`.
     pub fn with_socket(path: impl Into<PathBuf>) -> Result<Self, NotifyError> {
         let path = path.into();
-        let addr = socket_addr(&path).map_err(|source| NotifyError::Address {
+        let invalid = |source| NotifyError::Address {
             path: path.clone(),
             source,
-        })?;
+        };
+        let addr = socket_addr(&path).map_err(invalid)?;
         let socket = UnixDatagram::unbound()
             .and_then(|s| s.set_write_timeout(Some(SEND_TIMEOUT)).map(|()| s))
-            .map_err(|source| NotifyError::Address {
-                path: path.clone(),
-                source,
-            })?;
+            .map_err(invalid)?;
         Ok(Self {
             target: Some(Arc::new(Target { path, addr, socket })),
             watchdog: None,
@@ -149,11 +147,6 @@ impl Notifier {
     /// `STOPPING=1`: shutdown has begun.
     pub fn stopping(&self) -> Result<(), NotifyError> {
         self.send(&[NotifyState::Stopping])
-    }
-
-    /// `WATCHDOG=1`. Normally sent by `Watchdog::run`, not by hand.
-    pub fn watchdog_ping(&self) -> Result<(), NotifyError> {
-        self.send(&[NotifyState::Watchdog])
     }
 
     /// A watchdog for this notifier, when systemd configured one.
@@ -293,7 +286,7 @@ impl Watchdog {
                         tracing::info!("the reconcile loop is alive again; watchdog pings resume");
                         wedged = false;
                     }
-                    if let Err(e) = self.notifier.watchdog_ping() {
+                    if let Err(e) = self.notifier.send(&[NotifyState::Watchdog]) {
                         tracing::warn!("{e}");
                     }
                 }
@@ -303,8 +296,7 @@ impl Watchdog {
                     );
                     wedged = true;
                 }
-                Some(_) => {}
-                None => {}
+                Some(_) | None => {}
             }
         }
     }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::view::StatusView;
 use crate::config;
+use crate::diag::root_cause;
 
 /// A live sidecar answers at once; this only bounds a wedged one.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -124,16 +125,6 @@ impl AdminClient {
         })?;
         Ok((text, view))
     }
-}
-
-/// The innermost cause ("Connection refused (os error 111)"): reqwest's
-/// own message only says that sending failed.
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cur = e;
-    while let Some(next) = cur.source() {
-        cur = next;
-    }
-    cur.to_string()
 }
 
 #[cfg(test)]

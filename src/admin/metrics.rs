@@ -28,7 +28,7 @@ const STATES: [&str; 6] = [
 
 /// Renders a scrape.
 pub(crate) fn render(s: &Sample) -> String {
-    let mut e = Exposition::new();
+    let mut e = Exposition::default();
     build_info(&mut e, s);
     main_server(&mut e, s);
     engine(&mut e, s);
@@ -54,49 +54,33 @@ fn build_info(e: &mut Exposition, s: &Sample) {
         &[("version", s.version), ("source", &s.source)],
         1.0,
     );
-    e.family(
+    e.single(
         "neko_sidecar_start_time_seconds",
         Kind::Gauge,
         "When the sidecar started, in seconds since the Unix epoch.",
-    );
-    e.sample(
-        "neko_sidecar_start_time_seconds",
-        &[],
         unix_seconds(s.started_at).floor(),
     );
 }
 
 fn main_server(e: &mut Exposition, s: &Sample) {
     let ms = &s.registration.main_server;
-    e.family(
+    e.single(
         "neko_sidecar_main_server_up",
         Kind::Gauge,
         "1 when main_server answered the last GET /api/tools, 0 when it failed or was not tried yet.",
-    );
-    e.sample(
-        "neko_sidecar_main_server_up",
-        &[],
         if ms.reachable == Some(true) { 1.0 } else { 0.0 },
     );
-    e.family(
+    e.single(
         "neko_sidecar_main_server_failed_attempts",
         Kind::Gauge,
         "Consecutive failed GETs of main_server's tool list (the backoff attempt); 0 while reachable.",
-    );
-    e.sample(
-        "neko_sidecar_main_server_failed_attempts",
-        &[],
         f64::from(ms.failed_attempts),
     );
     if let Some(t) = ms.last_contact {
-        e.family(
+        e.single(
             "neko_sidecar_main_server_last_contact_seconds",
             Kind::Gauge,
             "When main_server last answered a GET, in seconds since the Unix epoch.",
-        );
-        e.sample(
-            "neko_sidecar_main_server_last_contact_seconds",
-            &[],
             unix_seconds(t).floor(),
         );
     }
@@ -104,12 +88,12 @@ fn main_server(e: &mut Exposition, s: &Sample) {
 
 fn engine(e: &mut Exposition, s: &Sample) {
     let st = &s.registration;
-    e.family(
+    e.single(
         "neko_sidecar_reconcile_passes_total",
         Kind::Counter,
         "Reconcile passes completed (a GET that answered, then its plan carried out).",
+        st.passes as f64,
     );
-    e.sample("neko_sidecar_reconcile_passes_total", &[], st.passes as f64);
     e.family(
         "neko_sidecar_registrations_total",
         Kind::Counter,
@@ -128,18 +112,18 @@ fn engine(e: &mut Exposition, s: &Sample) {
             n as f64,
         );
     }
-    e.family(
+    e.single(
         "neko_sidecar_tools_lost_total",
         Kind::Counter,
         "Registered tools later found missing from main_server's list (restart, eviction, outside unregister, or a new role); each is registered again.",
+        st.tools_lost as f64,
     );
-    e.sample("neko_sidecar_tools_lost_total", &[], st.tools_lost as f64);
-    e.family(
+    e.single(
         "neko_sidecar_loss_events_total",
         Kind::Counter,
         "Passes that found registered tools missing: main_server restarts, evictions and outside removals (the tool list cannot tell these apart).",
+        st.loss_events as f64,
     );
-    e.sample("neko_sidecar_loss_events_total", &[], st.loss_events as f64);
 }
 
 fn tools(e: &mut Exposition, s: &Sample) {
@@ -244,38 +228,30 @@ fn callbacks(e: &mut Exposition, s: &Sample) {
 
 fn manifests(e: &mut Exposition, s: &Sample) {
     let m = &s.manifests;
-    e.family(
+    e.single(
         "neko_sidecar_manifest_files",
         Kind::Gauge,
         "Manifest files found in the manifest directories.",
+        m.files.len() as f64,
     );
-    e.sample("neko_sidecar_manifest_files", &[], m.files.len() as f64);
-    e.family(
+    e.single(
         "neko_sidecar_manifest_files_in_error",
         Kind::Gauge,
         "Manifest files whose latest version was refused (their last good version, if any, is still served).",
-    );
-    e.sample(
-        "neko_sidecar_manifest_files_in_error",
-        &[],
         m.files_in_error() as f64,
     );
-    e.family(
+    e.single(
         "neko_sidecar_desired_tools",
         Kind::Gauge,
         "Tools the manifests declare now.",
-    );
-    e.sample(
-        "neko_sidecar_desired_tools",
-        &[],
         s.desired.tools.len() as f64,
     );
-    e.family(
+    e.single(
         "neko_sidecar_manifest_rescans_total",
         Kind::Counter,
         "Rescans of the manifest directories (file events, the periodic safety net, SIGHUP).",
+        m.rescans as f64,
     );
-    e.sample("neko_sidecar_manifest_rescans_total", &[], m.rescans as f64);
 }
 
 #[cfg(test)]
@@ -292,24 +268,5 @@ mod tests {
         assert!(text.contains("neko_sidecar_tools{state=\"registered\"} 1\n"));
         assert!(text.contains("neko_sidecar_tools{state=\"pending\"} 2\n"));
         assert!(text.contains("neko_sidecar_tools{state=\"conflict\"} 0\n"));
-    }
-
-    #[test]
-    fn every_family_has_help_and_type_before_its_samples() {
-        let text = render(&sample_with(&["a"]));
-        let mut typed = std::collections::BTreeSet::new();
-        for line in text.lines() {
-            if let Some(rest) = line.strip_prefix("# TYPE ") {
-                let name = rest.split(' ').next().unwrap();
-                assert!(typed.insert(name.to_owned()), "{name} typed twice");
-            } else if !line.starts_with('#') {
-                let name = line.split(['{', ' ']).next().unwrap();
-                let base = ["_bucket", "_sum", "_count"]
-                    .iter()
-                    .find_map(|s| name.strip_suffix(s).filter(|b| typed.contains(*b)))
-                    .unwrap_or(name);
-                assert!(typed.contains(base), "{name} before its TYPE");
-            }
-        }
     }
 }

@@ -37,35 +37,18 @@ pub struct AdminState {
 }
 
 impl AdminState {
-    /// The state of a daemon starting now, with this crate's version.
-    pub(crate) fn new(
-        registration: Arc<RegistrationStore>,
-        callbacks: CallbackHandle,
-        reload: ReloadHandle,
-        source: impl Into<String>,
-        main_server_url: impl Into<String>,
-    ) -> Self {
+    /// The state of a daemon that has just started, with this crate's version.
+    pub fn from_daemon(daemon: &Daemon) -> Self {
         Self {
-            registration,
-            callbacks,
-            reload,
-            source: source.into(),
-            main_server_url: main_server_url.into(),
+            registration: Arc::clone(&daemon.registration),
+            callbacks: daemon.callback.clone(),
+            reload: daemon.reload.clone(),
+            source: daemon.config.source.clone(),
+            main_server_url: daemon.config.main_server.url.clone(),
             started_at: SystemTime::now(),
             started: Instant::now(),
             version: env!("CARGO_PKG_VERSION"),
         }
-    }
-
-    /// The state of a daemon that has just started.
-    pub fn from_daemon(daemon: &Daemon) -> Self {
-        Self::new(
-            Arc::clone(&daemon.registration),
-            daemon.callback.clone(),
-            daemon.reload.clone(),
-            daemon.config.source.clone(),
-            daemon.config.main_server.url.clone(),
-        )
     }
 
     /// Reads every source once.

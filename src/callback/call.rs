@@ -17,6 +17,9 @@ use super::routes::Route;
 use super::stats::Outcome;
 use super::validate::{check_arguments, parse_request};
 
+const SHUTTING_DOWN: &str =
+    "the sidecar is shutting down and takes no new calls; try again shortly";
+
 /// Answers one call. `arrived` is when the request reached the sidecar:
 /// the deadline counts from there, as main_server's timeout does.
 pub(crate) async fn answer(
@@ -70,10 +73,7 @@ async fn run(
         (e, o, call_id.clone())
     };
     if draining {
-        return fail(
-            Outcome::ShuttingDown,
-            "the sidecar is shutting down and takes no new calls; try again shortly".into(),
-        );
+        return fail(Outcome::ShuttingDown, SHUTTING_DOWN.into());
     }
     if spec.validate_arguments {
         if let Err(e) = check_arguments(spec, &request.arguments) {
@@ -88,7 +88,7 @@ async fn run(
         biased;
         s = route.slots.acquire(deadline) => s,
         () = ctx.hard_stop.cancelled() => {
-            return fail(Outcome::ShuttingDown, "the sidecar is shutting down and takes no new calls; try again shortly".into());
+            return fail(Outcome::ShuttingDown, SHUTTING_DOWN.into());
         }
     };
     let Some(_slot) = slot else {

@@ -146,10 +146,8 @@ pub fn normalise(body: &[u8]) -> Envelope {
     };
     if !is_error {
         return Envelope {
-            output,
-            is_error,
-            error: None,
             images,
+            ..Envelope::ok(output)
         };
     }
     let said = match error {

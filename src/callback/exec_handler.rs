@@ -466,17 +466,4 @@ mod tests {
         assert_eq!(t.len(), STDERR_TAIL_BYTES);
         assert!(t.ends_with(b"x\nlast line\n"));
     }
-
-    #[test]
-    fn exits_are_described() {
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(
-            describe_exit(ExitStatus::from_raw(3 << 8)),
-            "exited with status 3"
-        );
-        assert_eq!(
-            describe_exit(ExitStatus::from_raw(9)),
-            "was killed by signal 9 (SIGKILL)"
-        );
-    }
 }

@@ -21,6 +21,7 @@ use axum::body::Bytes;
 use reqwest::{Client, Url};
 
 use super::handler::HandlerError;
+use crate::diag::{root_cause, with_causes};
 use crate::manifest::HttpHandler;
 
 /// How much of a non-2xx answer is quoted back, as main_server quotes.
@@ -31,47 +32,29 @@ const POOL_IDLE: Duration = Duration::from_secs(60);
 /// concurrency a tool sees in practice, far fewer than the descriptor limit.
 const MAX_IDLE_PER_ENDPOINT: usize = 256;
 
-/// The pooled clients, shared by every call of one callback server.
+/// The pooled clients, shared by every call of one callback server: by
+/// unix socket, and `None` for TCP.
 #[derive(Debug, Default)]
-pub(crate) struct HttpClients {
-    tcp: Mutex<Option<Client>>,
-    unix: Mutex<HashMap<PathBuf, Client>>,
-}
+pub(crate) struct HttpClients(Mutex<HashMap<Option<PathBuf>, Client>>);
 
 impl HttpClients {
     fn client(&self, socket: Option<&Path>) -> Result<Client, reqwest::Error> {
-        let build = |socket: Option<&Path>| {
-            let b = Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .no_proxy()
-                .pool_idle_timeout(POOL_IDLE)
-                .pool_max_idle_per_host(MAX_IDLE_PER_ENDPOINT);
-            match socket {
-                Some(s) => b.unix_socket(s.to_path_buf()),
-                None => b,
-            }
-            .build()
-        };
-        match socket {
-            None => {
-                let mut tcp = self.tcp.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(c) = &*tcp {
-                    return Ok(c.clone());
-                }
-                let c = build(None)?;
-                *tcp = Some(c.clone());
-                Ok(c)
-            }
-            Some(s) => {
-                let mut unix = self.unix.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(c) = unix.get(s) {
-                    return Ok(c.clone());
-                }
-                let c = build(Some(s))?;
-                unix.insert(s.to_path_buf(), c.clone());
-                Ok(c)
-            }
+        let mut clients = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let key = socket.map(Path::to_path_buf);
+        if let Some(c) = clients.get(&key) {
+            return Ok(c.clone());
         }
+        let mut builder = Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .pool_idle_timeout(POOL_IDLE)
+            .pool_max_idle_per_host(MAX_IDLE_PER_ENDPOINT);
+        if let Some(s) = socket {
+            builder = builder.unix_socket(s.to_path_buf());
+        }
+        let c = builder.build()?;
+        clients.insert(key, c.clone());
+        Ok(c)
     }
 }
 
@@ -100,7 +83,7 @@ impl Endpoint {
         }
         let client = clients
             .client(h.unix_socket.as_deref())
-            .map_err(|e| format!("{target}: cannot set up a client: {}", chain(&e)))?;
+            .map_err(|e| format!("{target}: cannot set up a client: {}", with_causes(&e)))?;
         Ok(Self {
             target,
             url,
@@ -133,7 +116,7 @@ pub(crate) async fn call(
                     detail: format!(
                         "the sidecar has no file descriptor left to reach {} ({}): raise its open-files limit (LimitNOFILE)",
                         e.target,
-                        chain(&err)
+                        with_causes(&err)
                     ),
                 }
             } else if err.is_connect() {
@@ -143,7 +126,7 @@ pub(crate) async fn call(
                 }
             } else {
                 HandlerError::Failed {
-                    detail: format!("{}: {}", e.target, chain(&err)),
+                    detail: format!("{}: {}", e.target, with_causes(&err)),
                 }
             }
         })?;
@@ -177,7 +160,7 @@ pub(crate) async fn call(
         Ok((b, false)) => Ok(b),
         Ok((_, true)) => Err(too_large),
         Err(err) => Err(HandlerError::Failed {
-            detail: format!("reading the answer of {}: {}", e.target, chain(&err)),
+            detail: format!("reading the answer of {}: {}", e.target, with_causes(&err)),
         }),
     }
 }
@@ -195,33 +178,6 @@ async fn read_bounded(
         out.extend_from_slice(&chunk);
     }
     Ok((out, false))
-}
-
-/// The error and its causes, as one line: reqwest's own message alone
-/// ("error sending request") does not say what happened.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let cause = s.to_string();
-        if !text.contains(&cause) {
-            text.push_str(": ");
-            text.push_str(&cause);
-        }
-        source = s.source();
-    }
-    text
-}
-
-/// The innermost cause, which names what the OS said ("Connection refused").
-fn root_cause(e: &dyn std::error::Error) -> String {
-    let mut last = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        last = s.to_string();
-        source = s.source();
-    }
-    last
 }
 
 /// EMFILE/ENFILE anywhere in the error's causes.
@@ -277,7 +233,7 @@ mod tests {
         Endpoint::new(&h("/run/a.sock"), &clients).unwrap();
         Endpoint::new(&h("/run/a.sock"), &clients).unwrap();
         Endpoint::new(&h("/run/b.sock"), &clients).unwrap();
-        assert_eq!(clients.unix.lock().unwrap().len(), 2);
+        assert_eq!(clients.0.lock().unwrap().len(), 2);
     }
 
     /// A server answering each request with `reply(body)`, closing the

@@ -30,7 +30,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -164,13 +164,17 @@ impl Connections {
     }
 
     pub(crate) fn count(&self) -> usize {
-        self.open.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.open().len()
+    }
+
+    fn open(&self) -> MutexGuard<'_, HashMap<u64, Arc<Conn>>> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Makes room for one more connection: closes the longest idle one
     /// when at the bound. `false` when every connection runs a call.
     fn make_room(&self) -> bool {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        let mut open = self.open();
         if open.len() < self.limits.max_connections {
             return true;
         }
@@ -222,16 +226,12 @@ impl Connections {
         });
         conn.set_since(self.epoch);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        open.insert(id, conn.clone());
+        self.open().insert(id, conn.clone());
         (id, conn)
     }
 
     fn remove(&self, id: u64) {
-        self.open
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&id);
+        self.open().remove(&id);
         self.closed.notify_one();
     }
 }
@@ -352,9 +352,10 @@ async fn respond(shared: &Shared, conn: &Conn, peer: SocketAddr, req: Request<In
     if !limits::peer_allowed(peer) {
         shared.rejections.count_forbidden();
         tracing::warn!(%peer, "refused a callback from a non-loopback peer");
-        return unread(text(
+        return unread(with_body(
             StatusCode::FORBIDDEN,
-            "only loopback peers may call the sidecar\n",
+            "text/plain; charset=utf-8",
+            Bytes::from_static(b"only loopback peers may call the sidecar\n"),
         ));
     }
     let routed = call_path(req.uri().path());
@@ -448,20 +449,14 @@ fn call_path(path: &str) -> Option<(&str, &str)> {
 
 /// An envelope as the HTTP answer.
 pub(crate) fn answer(status: StatusCode, e: &Envelope) -> Answer {
-    let mut a = Response::new(Full::new(Bytes::from(e.to_vec())));
-    *a.status_mut() = status;
-    a.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    a
+    with_body(status, "application/json", Bytes::from(e.to_vec()))
 }
 
-fn text(status: StatusCode, body: &'static str) -> Answer {
-    let mut a = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+fn with_body(status: StatusCode, content_type: &'static str, body: Bytes) -> Answer {
+    let mut a = Response::new(Full::new(body));
     *a.status_mut() = status;
-    a.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    a.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     a
 }
 

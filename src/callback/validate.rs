@@ -152,17 +152,14 @@ fn unparsed_text(arguments: &Json) -> Option<&str> {
 /// The X of `{"value": X}`, main_server's wrapping of JSON that was not an
 /// object, described for a message.
 fn non_object_value(arguments: &Json) -> Option<String> {
-    let Json::Object(m) = arguments else {
-        return Some(format!(
-            "the {} {}",
-            kind(arguments),
-            clip(&arguments.to_string())
-        ));
+    let value = match arguments {
+        Json::Object(m) => match (m.len(), m.get("value")) {
+            (1, Some(v)) if !v.is_object() => v,
+            _ => return None,
+        },
+        other => other,
     };
-    match (m.len(), m.get("value")) {
-        (1, Some(v)) if !v.is_object() => Some(format!("the {} {}", kind(v), clip(&v.to_string()))),
-        _ => None,
-    }
+    Some(format!("the {} {}", kind(value), clip(&value.to_string())))
 }
 
 fn kind(v: &Json) -> &'static str {
@@ -242,11 +239,6 @@ mod tests {
         spec(
             r#"{ type = "object", properties = { city = { type = "string" }, days = { type = "integer", maximum = 7 } }, required = ["city"] }"#,
         )
-    }
-
-    #[test]
-    fn valid_arguments_pass() {
-        assert!(check_arguments(&weather(), &json!({"city": "東京", "days": 3})).is_ok());
     }
 
     #[test]

@@ -40,6 +40,7 @@ use crate::callback::{CallbackError, CallbackHandle, CallbackServer, CallbackSet
 use crate::client::{Client, ClientBuildError};
 use crate::config::{self, AgentConfig};
 use crate::desired::DesiredState;
+use crate::diag::Diagnostic;
 use crate::engine::{ClearError, ClearReport, Engine, EngineError};
 use crate::registration::RegistrationStore;
 use crate::reload::{ManifestSet, ManifestSource, ReloadHandle, ReloadSettings, Reloader};
@@ -168,13 +169,7 @@ pub async fn start(
     })
     .await
     .map_err(|e| DaemonError::Reload(format!("loading manifests panicked: {e}")))?;
-    for d in &first_load.problems {
-        if d.is_error() {
-            tracing::error!("{d}");
-        } else {
-            tracing::warn!("{d}");
-        }
-    }
+    first_load.problems.iter().for_each(Diagnostic::log);
     tracing::info!("{}", set.health().summary());
     let settings = ReloadSettings::new(config.reload.debounce, config.reload.rescan_interval)
         .map_err(|e| DaemonError::Reload(e.to_string()))?;
@@ -362,7 +357,7 @@ impl Supervisor {
             .unwrap_or_else(|e| {
                 (
                     None,
-                    vec![crate::diag::Diagnostic::error(
+                    vec![Diagnostic::error(
                         &self.config.path,
                         None,
                         format!("reading the config panicked: {e}"),
@@ -436,36 +431,22 @@ impl Supervisor {
 
 /// Which sections of the agent config differ, for the reload message.
 fn changed_sections(old: &AgentConfig, new: &AgentConfig) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    if old.source != new.source {
-        out.push("source");
-    }
-    if old.manifest_dirs != new.manifest_dirs {
-        out.push("manifest_dirs");
-    }
-    if old.handlers != new.handlers {
-        out.push("[handlers] / allow_remote_handlers");
-    }
-    if old.main_server != new.main_server {
-        out.push("[main_server]");
-    }
-    if old.callback != new.callback {
-        out.push("[callback]");
-    }
-    if old.registration != new.registration {
-        out.push("[registration]");
-    }
-    if old.shutdown_deadline != new.shutdown_deadline {
-        out.push("[shutdown]");
-    }
-    if old.log != new.log {
-        out.push("[log]");
-    }
-    if old.admin != new.admin {
-        out.push("[admin]");
-    }
-    if old.reload != new.reload {
-        out.push("[reload]");
-    }
-    out
+    [
+        (old.source != new.source, "source"),
+        (old.manifest_dirs != new.manifest_dirs, "manifest_dirs"),
+        (
+            old.handlers != new.handlers,
+            "[handlers] / allow_remote_handlers",
+        ),
+        (old.main_server != new.main_server, "[main_server]"),
+        (old.callback != new.callback, "[callback]"),
+        (old.registration != new.registration, "[registration]"),
+        (old.shutdown_deadline != new.shutdown_deadline, "[shutdown]"),
+        (old.log != new.log, "[log]"),
+        (old.admin != new.admin, "[admin]"),
+        (old.reload != new.reload, "[reload]"),
+    ]
+    .into_iter()
+    .filter_map(|(changed, section)| changed.then_some(section))
+    .collect()
 }

@@ -28,19 +28,18 @@ pub fn summary(snap: &RegistrationSnapshot, now: SystemTime) -> String {
         .count();
     let mut line = format!("{registered}/{total} tools registered");
     let mut others: Vec<String> = Vec::new();
-    for (label, pred) in [
-        (
-            "pending",
-            (|s: &ToolState| matches!(s, ToolState::Pending)) as fn(&ToolState) -> bool,
-        ),
-        ("retrying", |s| matches!(s, ToolState::Retrying { .. })),
-        ("in conflict", |s| matches!(s, ToolState::Conflict { .. })),
-        ("rejected", |s| matches!(s, ToolState::Rejected { .. })),
-        ("waiting for a role", |s| {
-            matches!(s, ToolState::WaitingForRole { .. })
-        }),
+    for (kind, label) in [
+        ("pending", "pending"),
+        ("retrying", "retrying"),
+        ("conflict", "in conflict"),
+        ("rejected", "rejected"),
+        ("waiting_for_role", "waiting for a role"),
     ] {
-        let n = snap.tools.values().filter(|t| pred(&t.state)).count();
+        let n = snap
+            .tools
+            .values()
+            .filter(|t| t.state.kind() == kind)
+            .count();
         if n > 0 {
             others.push(format!("{n} {label}"));
         }

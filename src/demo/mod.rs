@@ -12,7 +12,6 @@
 mod assets;
 mod weather;
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -178,6 +177,7 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
     let stop_handlers = CancellationToken::new();
     let weather_addr = weather::serve(free_listener().await?, stop_handlers.clone())
         .map_err(setup("cannot start the example http handler"))?;
+    let weather_url = format!("http://{weather_addr}/weather");
     story.chapter(2, "The plugin's tools are described in TOML manifests");
     let mut expected: Vec<(&str, Option<&str>)> = Vec::new();
     for tool in assets::TOOLS {
@@ -190,10 +190,7 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
                 continue;
             }
         }
-        let manifest = tool.manifest.replace(
-            assets::WEATHER_URL,
-            &format!("http://{weather_addr}/weather"),
-        );
+        let manifest = tool.manifest.replace(assets::WEATHER_URL, &weather_url);
         assets::write(dir, &format!("tools/{}", tool.manifest_file), &manifest)
             .map_err(setup("cannot write a manifest"))?;
         for (rel, text) in tool.files {
@@ -359,10 +356,9 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
         7,
         "The plugin author adds a `unit` parameter to get_weather's manifest",
     );
-    let weather = assets::TOOLS[0].manifest.replace(
-        assets::WEATHER_URL,
-        &format!("http://{weather_addr}/weather"),
-    );
+    let weather = assets::TOOLS[0]
+        .manifest
+        .replace(assets::WEATHER_URL, &weather_url);
     let edited = format!(
         "{weather}\n[tool.parameters.properties.unit]\ntype = \"string\"\nenum = [\"celsius\", \"fahrenheit\"]\ndescription = \"Temperature unit\"\n"
     );
@@ -430,7 +426,7 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
         json!({"ms": took.as_millis() as u64, "left": left}),
     );
     stop_handlers.cancel();
-    stand_in.shutdown().await;
+    stand_in.stop_listener().await;
     if opts.keep_running {
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -520,26 +516,16 @@ fn show(a: &Json) -> String {
 }
 
 fn print_try_it(h: &DevServerHandle, config: &Path) {
-    let mut s = String::new();
-    let _ = writeln!(s, "\nEverything stays up. In another terminal, try:");
-    let _ = writeln!(s, "   curl -s {}/api/tools", h.url());
-    let _ = writeln!(
-        s,
-        "   curl -s -XPOST {}/__dev/invoke -H 'content-type: application/json' -d '{{\"name\":\"get_weather\",\"arguments\":{{\"city\":\"Sapporo\"}}}}'",
-        h.url()
-    );
+    let (url, config) = (h.url(), config.display());
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "neko-sidecar".into());
-    let _ = writeln!(s, "   {exe} status --config {}", config.display());
-    let _ = writeln!(
-        s,
-        "   {exe} call get_weather --args '{{\"city\":\"Osaka\"}}' --config {}",
-        config.display()
+    println!("\nEverything stays up. In another terminal, try:");
+    println!("   curl -s {url}/api/tools");
+    println!(
+        "   curl -s -XPOST {url}/__dev/invoke -H 'content-type: application/json' -d '{{\"name\":\"get_weather\",\"arguments\":{{\"city\":\"Sapporo\"}}}}'"
     );
-    let _ = writeln!(
-        s,
-        "Press Ctrl-C to stop; the sidecar then removes its tools."
-    );
-    println!("{s}");
+    println!("   {exe} status --config {config}");
+    println!("   {exe} call get_weather --args '{{\"city\":\"Osaka\"}}' --config {config}");
+    println!("Press Ctrl-C to stop; the sidecar then removes its tools.\n");
 }

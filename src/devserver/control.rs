@@ -16,7 +16,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::http::{AppState, DevBadRequest, dev_result, json_response, parse_dev_body};
 use super::invoke::{InvokeRequest, invoke};
@@ -190,19 +190,16 @@ async fn clear_requests(State(app): State<AppState>) -> Response {
     json_response(StatusCode::OK, &json!({"ok": true}))
 }
 
-async fn registry(State(app): State<AppState>) -> Response {
-    json_response(StatusCode::OK, &full_registry(&app.shared))
-}
-
 /// `{"tools_by_role": {role: [every field of every tool]}, "roles": [..]}`.
-pub(crate) fn full_registry(shared: &Shared) -> Value {
-    shared.read_world(|w| {
+async fn registry(State(app): State<AppState>) -> Response {
+    let body = app.shared.read_world(|w| {
         let mut by_role = serde_json::Map::new();
         for rt in w.registry.roles() {
             by_role.insert(rt.role.clone(), json!(rt.tools));
         }
         json!({"roles": w.registry.role_names(), "tools_by_role": by_role})
-    })
+    });
+    json_response(StatusCode::OK, &body)
 }
 
 async fn faults(State(app): State<AppState>) -> Response {

@@ -114,19 +114,6 @@ mod tests {
     }
 
     #[test]
-    fn read_timeouts_and_other_failures_reset_the_count() {
-        let mut c = EvictionCounter::default();
-        c.record(P, O, ConnectionFailure);
-        c.record(P, O, ConnectionFailure);
-        assert!(!c.record(P, O, Inconclusive));
-        assert_eq!(c.count(P, O), 0);
-        assert!(!c.record(P, O, ConnectionFailure));
-        assert!(!c.record(P, O, ConnectionFailure));
-        assert_eq!(c.count(P, O), 2);
-        assert!(c.record(P, O, ConnectionFailure));
-    }
-
-    #[test]
     fn only_plugin_sources_count_and_keys_are_separate() {
         let mut c = EvictionCounter::default();
         for _ in 0..5 {

@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -70,13 +70,7 @@ pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
 
 /// Already-serialised JSON with `status`.
 pub(crate) fn json_bytes(status: StatusCode, bytes: Bytes) -> Response {
-    let mut res = Response::new(Body::from(bytes));
-    *res.status_mut() = status;
-    res.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    res
+    (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
 }
 
 /// `400 untrusted_host`, exactly as main_server words it.

@@ -227,32 +227,21 @@ pub(crate) async fn post_callback(
 
 /// Names a reqwest failure the way httpx would name the same failure.
 fn failure_of(e: &reqwest::Error) -> (Reading, CallOutcome) {
-    let (kind, message, outcome) = if e.is_connect() && e.is_timeout() {
-        (
-            "ConnectTimeout",
-            String::new(),
-            CallOutcome::ConnectionFailure,
-        )
+    let (kind, message) = if e.is_connect() && e.is_timeout() {
+        ("ConnectTimeout", String::new())
     } else if e.is_connect() {
-        (
-            "ConnectError",
-            "All connection attempts failed".to_owned(),
-            CallOutcome::ConnectionFailure,
-        )
+        ("ConnectError", "All connection attempts failed".to_owned())
     } else if e.is_timeout() {
-        ("ReadTimeout", String::new(), CallOutcome::Inconclusive)
+        ("ReadTimeout", String::new())
     } else if e.is_builder() {
-        (
-            "UnsupportedProtocol",
-            e.to_string(),
-            CallOutcome::Inconclusive,
-        )
+        ("UnsupportedProtocol", e.to_string())
     } else {
-        (
-            "RemoteProtocolError",
-            e.to_string(),
-            CallOutcome::Inconclusive,
-        )
+        ("RemoteProtocolError", e.to_string())
+    };
+    let outcome = if e.is_connect() {
+        CallOutcome::ConnectionFailure
+    } else {
+        CallOutcome::Inconclusive
     };
     (transport_failure(kind, &message), outcome)
 }

@@ -16,7 +16,6 @@
 
 use serde::Serialize;
 
-use super::eviction::origin_of;
 use super::tool::Tool;
 
 /// One accepted registration: the tool as registered and its scope.
@@ -80,15 +79,7 @@ impl Ledger {
     /// Forgets every registration of `source` whose callback is on
     /// `origin` (`scheme://host:port`), whatever its scope.
     pub(crate) fn evict(&mut self, source: &str, origin: &str) -> usize {
-        self.forget(|e| {
-            e.tool.source == source
-                && e.tool
-                    .callback_url
-                    .as_deref()
-                    .and_then(origin_of)
-                    .as_deref()
-                    == Some(origin)
-        })
+        self.forget(|e| e.tool.is_of(source, origin))
     }
 
     /// The tools a replay into `role` writes, in order.
@@ -158,19 +149,6 @@ mod tests {
                 k("b", Some("R"), "v")
             ]
         );
-    }
-
-    #[test]
-    fn replay_takes_global_and_own_entries_in_order() {
-        let mut l = Ledger::default();
-        l.record(None, tool("g", "s", 1, Scope::Global));
-        l.record(Some("R"), tool("g", "s2", 1, Scope::Role));
-        l.record(Some("Q"), tool("q", "s", 1, Scope::Role));
-        let r: Vec<_> = l.replay_for("R").map(|t| t.source.as_str()).collect();
-        assert_eq!(r, ["s", "s2"], "the scoped copy is written last and wins");
-        let q: Vec<_> = l.replay_for("Q").map(|t| t.name.as_str()).collect();
-        assert_eq!(q, ["g", "q"]);
-        assert_eq!(l.replay_for("New").count(), 1);
     }
 
     #[test]

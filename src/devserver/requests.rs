@@ -74,37 +74,17 @@ impl RegisterRequest {
             0,
             MAX_TIMEOUT_SECONDS,
         );
-        r.finish()?;
-        // After finish() succeeded every field above is Some; the match keeps
-        // that reasoning local instead of unwrapping.
-        match (
-            name,
-            description,
-            parameters,
-            callback_url,
-            role,
-            source,
-            timeout,
-        ) {
-            (
-                Some(name),
-                Some(description),
-                Some(parameters),
-                Some(callback_url),
-                Some(role),
-                Some(source),
-                Some(timeout_seconds),
-            ) => Ok(RegisterRequest {
-                name,
-                description,
-                parameters,
-                callback_url,
-                role: fold_role(role),
-                source,
-                timeout_seconds,
-            }),
-            _ => Err(ValidationErrors(Vec::new())),
-        }
+        r.finish(|| {
+            Some(RegisterRequest {
+                name: name?,
+                description: description?,
+                parameters: parameters?,
+                callback_url: callback_url?,
+                role: fold_role(role?),
+                source: source?,
+                timeout_seconds: timeout?,
+            })
+        })
     }
 }
 
@@ -113,14 +93,12 @@ impl UnregisterRequest {
         let mut r = FieldReader::new(obj);
         let name = r.string("name", None, 0, None);
         let role = r.nullable_string("role");
-        r.finish()?;
-        match (name, role) {
-            (Some(name), Some(role)) => Ok(UnregisterRequest {
-                name,
-                role: fold_role(role),
-            }),
-            _ => Err(ValidationErrors(Vec::new())),
-        }
+        r.finish(|| {
+            Some(UnregisterRequest {
+                name: name?,
+                role: fold_role(role?),
+            })
+        })
     }
 }
 
@@ -129,14 +107,12 @@ impl ClearRequest {
         let mut r = FieldReader::new(obj);
         let source = r.string("source", None, 1, None);
         let role = r.nullable_string("role");
-        r.finish()?;
-        match (source, role) {
-            (Some(source), Some(role)) => Ok(ClearRequest {
-                source,
-                role: fold_role(role),
-            }),
-            _ => Err(ValidationErrors(Vec::new())),
-        }
+        r.finish(|| {
+            Some(ClearRequest {
+                source: source?,
+                role: fold_role(role?),
+            })
+        })
     }
 }
 
@@ -146,19 +122,6 @@ mod tests {
 
     fn obj(v: Value) -> Map<String, Value> {
         v.as_object().cloned().unwrap()
-    }
-
-    #[test]
-    fn register_defaults() {
-        let r = RegisterRequest::from_object(&obj(
-            json!({"name":"t","callback_url":"http://127.0.0.1:9/x","role":"","extra":1}),
-        ))
-        .unwrap();
-        assert_eq!(r.description, "");
-        assert_eq!(r.parameters, default_parameters());
-        assert_eq!(r.role, None);
-        assert_eq!(r.source, "external");
-        assert_eq!(r.timeout_seconds, 30.0);
     }
 
     #[test]
@@ -177,20 +140,6 @@ mod tests {
                 ("string_type", json!("role")),
                 ("less_than_equal", json!("timeout_seconds")),
             ]
-        );
-    }
-
-    #[test]
-    fn clear_needs_a_source_of_one_char() {
-        let errs = ClearRequest::from_object(&obj(json!({"source": ""}))).unwrap_err();
-        assert_eq!(errs.0[0].kind, "string_too_short");
-        let errs = ClearRequest::from_object(&obj(json!({}))).unwrap_err();
-        assert_eq!(errs.0[0].kind, "missing");
-        assert_eq!(
-            ClearRequest::from_object(&obj(json!({"source":"s","role":null})))
-                .unwrap()
-                .role,
-            None
         );
     }
 

@@ -26,6 +26,6 @@ pub(crate) async fn run_cli(args: DevServerArgs) -> Result<(), DevServerError> {
     tracing::info!(url = %handle.url(), roles = ?roles, "dev-server (stand-in main_server) listening; control routes under /__dev/");
     let waited = tokio::signal::ctrl_c().await;
     tracing::info!("dev-server shutting down");
-    handle.shutdown().await;
+    handle.stop_listener().await;
     waited.map_err(DevServerError::Signal)
 }

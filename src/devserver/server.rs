@@ -78,17 +78,11 @@ impl DevServerBuilder {
         self
     }
 
-    /// The built-in tools every role holds. Default: `recall_memory`, as
-    /// upstream.
-    pub(crate) fn builtin_tools(mut self, tools: Vec<BuiltinTool>) -> Self {
-        self.builtins = tools;
+    /// No built-in tools at all (by default `recall_memory`, as upstream),
+    /// as main_server run with `NEKO_DISABLE_BUILTIN_TOOLS`.
+    pub fn disable_builtin_tools(mut self) -> Self {
+        self.builtins = Vec::new();
         self
-    }
-
-    /// No built-in tools at all, as main_server run with
-    /// `NEKO_DISABLE_BUILTIN_TOOLS`.
-    pub fn disable_builtin_tools(self) -> Self {
-        self.builtin_tools(Vec::new())
     }
 
     /// Starts serving on `listener`. Must be called inside a Tokio runtime.
@@ -327,11 +321,5 @@ impl DevServerHandle {
                 Ok(Err(_)) | Err(_) => return condition(self),
             }
         }
-    }
-
-    /// Stops serving for good (the same as `stop_listener`; the handle
-    /// stays usable for reading the log and the registry).
-    pub(crate) async fn shutdown(&self) {
-        self.stop_listener().await;
     }
 }

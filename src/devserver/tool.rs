@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::builtin::{BUILTIN_SOURCE, BuiltinTool};
+use super::eviction::origin_of;
 use super::requests::DEFAULT_TIMEOUT_SECONDS;
 
 /// Whether an entry came from a global (`role: null`) or a role-scoped
@@ -35,6 +36,13 @@ pub struct Tool {
 }
 
 impl Tool {
+    /// Whether this is a tool of `source` whose callback is on `origin`
+    /// (`scheme://host:port`): what a dead-plugin eviction removes.
+    pub(crate) fn is_of(&self, source: &str, origin: &str) -> bool {
+        self.source == source
+            && self.callback_url.as_deref().and_then(origin_of).as_deref() == Some(origin)
+    }
+
     /// The built-in tool as a registry entry.
     pub(crate) fn from_builtin(b: &BuiltinTool) -> Self {
         Tool {

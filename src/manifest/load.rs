@@ -42,7 +42,7 @@ impl ManifestFile {
         self.diagnostics.iter().any(Diagnostic::is_error)
     }
 
-    fn failed(path: &Path, d: Diagnostic) -> Self {
+    pub(crate) fn failed(path: &Path, d: Diagnostic) -> Self {
         Self {
             path: path.to_path_buf(),
             tools: Vec::new(),
@@ -444,10 +444,7 @@ fn read_parameters(
         };
     }
     let json = default_parameters();
-    match schema::compile(&json) {
-        Ok(v) => Some((json, v)),
-        Err(_) => None,
-    }
+    schema::compile(&json).ok().map(|v| (json, v))
 }
 
 fn read_handler(

@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use serde_json::Value as Json;
 
+use crate::diag::Position;
+
 pub use load::{LoadContext, ManifestFile, find_in_path, load_file, parse_manifest, valid_name};
 
 /// The default JSON Schema when a tool takes no parameters, as main_server
@@ -31,6 +33,16 @@ pub struct Origin {
     pub file: PathBuf,
     pub line: usize,
     pub col: usize,
+}
+
+impl Origin {
+    /// Where in its file, for a diagnostic.
+    pub(crate) fn position(&self) -> Position {
+        Position {
+            line: self.line,
+            col: self.col,
+        }
+    }
 }
 
 impl std::fmt::Display for Origin {

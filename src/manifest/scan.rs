@@ -114,22 +114,6 @@ mod tests {
     }
 
     #[test]
-    fn missing_dir_is_an_error_and_empty_dir_a_warning() {
-        let tmp = tempfile::tempdir().unwrap();
-        let missing = tmp.path().join("nope");
-        let (files, diags) = manifest_files(&[missing.clone(), tmp.path().to_path_buf()]);
-        assert!(files.is_empty());
-        assert_eq!(diags.len(), 2);
-        assert!(diags[0].is_error());
-        assert!(
-            diags[0]
-                .message
-                .starts_with("the manifest directory does not exist")
-        );
-        assert!(!diags[1].is_error());
-    }
-
-    #[test]
     fn a_dangling_manifest_symlink_is_an_error() {
         let tmp = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(tmp.path().join("gone.toml"), tmp.path().join("x.toml"))

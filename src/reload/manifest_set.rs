@@ -27,8 +27,8 @@ use std::time::SystemTime;
 use super::content::{self, ContentHash};
 use super::health::{FileHealth, FileReport, ManifestHealth};
 use crate::config::AgentConfig;
-use crate::desired::DesiredState;
-use crate::diag::{Diagnostic, Position, plural};
+use crate::desired::{DesiredState, declared_twice};
+use crate::diag::{Diagnostic, plural};
 use crate::manifest::{self, LoadContext, ManifestFile, ToolSpec};
 
 /// Where manifests come from and how they are judged: the parts of the
@@ -288,15 +288,8 @@ impl ManifestSet {
             // Unreadable (permissions, I/O): an error; the last good
             // version stays in use.
             Err(e) => {
-                let loaded = ManifestFile {
-                    path: path.clone(),
-                    tools: Vec::new(),
-                    diagnostics: vec![Diagnostic::error(
-                        &path,
-                        None,
-                        format!("cannot read the manifest: {e}"),
-                    )],
-                };
+                let why = Diagnostic::error(&path, None, format!("cannot read the manifest: {e}"));
+                let loaded = ManifestFile::failed(&path, why);
                 Some(Candidate {
                     path,
                     dir,
@@ -352,19 +345,8 @@ impl ManifestSet {
     fn conflicts(&self, c: &Candidate) -> Vec<Diagnostic> {
         let mut diags = Vec::new();
         for (i, spec) in c.loaded.tools.iter().enumerate() {
-            let at = Some(Position {
-                line: spec.origin.line,
-                col: spec.origin.col,
-            });
             if let Some(first) = c.loaded.tools[..i].iter().find(|t| t.name == spec.name) {
-                diags.push(Diagnostic::error(
-                    &c.path,
-                    at,
-                    format!(
-                        "tool `{}` is declared twice: first at {}; tool names must be unique within one sidecar",
-                        spec.name, first.origin
-                    ),
-                ));
+                diags.push(declared_twice(spec, first));
                 continue;
             }
             let owner = self
@@ -375,7 +357,7 @@ impl ManifestSet {
             if let Some(owner) = owner {
                 diags.push(Diagnostic::error(
                     &c.path,
-                    at,
+                    Some(spec.origin.position()),
                     format!(
                         "tool `{}` is already declared at {}, which keeps it; tool names must be unique within one sidecar",
                         spec.name, owner.origin
@@ -390,28 +372,18 @@ impl ManifestSet {
         let warnings = c.loaded.diagnostics;
         let tools = c.loaded.tools;
         let path = c.path;
-        match self.files.get(&path) {
-            None => out.notes.push(format!(
-                "{}: loaded {}: {}",
-                path.display(),
-                plural(tools.len(), "tool"),
-                names(&tools)
-            )),
-            Some(r) if r.health == FileHealth::Error => out.notes.push(format!(
-                "{}: fixed; now in use with {}: {}",
-                path.display(),
-                plural(tools.len(), "tool"),
-                names(&tools)
-            )),
-            Some(r) if r.hash != c.hash => out.notes.push(format!(
-                "{}: reloaded, {}: {}",
-                path.display(),
-                plural(tools.len(), "tool"),
-                names(&tools)
-            )),
-            Some(_) => {}
-        }
         let previous = self.files.get(&path);
+        let change = match previous {
+            None => Some("loaded"),
+            Some(r) if r.health == FileHealth::Error => Some("fixed; now in use with"),
+            Some(r) if r.hash != c.hash => Some("reloaded,"),
+            Some(_) => None,
+        };
+        if let Some(change) = change {
+            let count = plural(tools.len(), "tool");
+            let what = format!("{}: {change} {count}: {}", path.display(), names(&tools));
+            out.notes.push(what);
+        }
         if force || previous.is_none_or(|r| r.diagnostics != warnings) {
             out.problems.extend(warnings.iter().cloned());
         }

@@ -20,6 +20,7 @@ use super::dir_watch::{Debounce, DirWatch};
 use super::health::ManifestHealth;
 use super::manifest_set::{ManifestSet, Rescan};
 use crate::desired::DesiredState;
+use crate::diag::Diagnostic;
 
 /// How the reloader watches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -247,13 +248,7 @@ impl Reloader {
 }
 
 fn log(rescan: &Rescan, health: &ManifestHealth) {
-    for d in &rescan.problems {
-        if d.is_error() {
-            tracing::error!("{d}");
-        } else {
-            tracing::warn!("{d}");
-        }
-    }
+    rescan.problems.iter().for_each(Diagnostic::log);
     for n in &rescan.notes {
         tracing::info!("{n}");
     }
