@@ -195,7 +195,7 @@ async fn chaos() {
     // Phase 2: the reloader still runs: a good edit of every file is
     // registered in place.
     for file in 0..FILES.len() {
-        ws.edit(file, None, file % 2 == 0);
+        ws.edit(file, None, file % 2 == 0).await;
     }
     converge(&h, &daemon, &ws, &url_for, &ctx("after the final edits")).await;
 

@@ -130,6 +130,10 @@ pub async fn echo_handler() -> String {
     format!("http://{addr}/echo")
 }
 
+/// How long a good manifest write stands before the next write of the same
+/// file: ten times the debounce of `Workspace::config`, for a loaded machine.
+const GOOD_WRITE_SETTLES: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// A workspace with `tools/` (the manifests), `handlers/echo.sh` and
 /// `agent.toml`, and the generation of each file.
 pub struct Workspace {
@@ -139,6 +143,8 @@ pub struct Workspace {
     pub written: Vec<u32>,
     /// The generation of each file's last good write: what must be in force.
     pub good: Vec<u32>,
+    /// When each file was last written, if that write was good.
+    good_at: Vec<Option<std::time::Instant>>,
 }
 
 impl Workspace {
@@ -151,6 +157,7 @@ impl Workspace {
             handler_url,
             written: vec![0; FILES.len()],
             good: vec![0; FILES.len()],
+            good_at: vec![None; FILES.len()],
         };
         for file in 0..FILES.len() {
             ws.write_file(file, 0, None, false);
@@ -182,13 +189,23 @@ impl Workspace {
         }
     }
 
-    /// Writes the next generation of `file`, broken or not.
-    pub fn edit(&mut self, file: usize, broken: Option<manifests::Breakage>, atomic: bool) {
+    /// Writes the next generation of `file`, broken or not. A good write is
+    /// given `GOOD_WRITE_SETTLES` before the next write of the same file: a
+    /// write the debounce folds into the next one is never read, so it
+    /// cannot be the last good version the daemon keeps. (Late steps bunch
+    /// up when a fault delays the schedule: a good and a broken edit of one
+    /// file once landed 1 ms apart.)
+    pub async fn edit(&mut self, file: usize, broken: Option<manifests::Breakage>, atomic: bool) {
+        if let Some(at) = self.good_at[file] {
+            tokio::time::sleep(GOOD_WRITE_SETTLES.saturating_sub(at.elapsed())).await;
+        }
         let generation = self.written[file] + 1;
         self.write_file(file, generation, broken, atomic);
         self.written[file] = generation;
+        self.good_at[file] = None;
         if broken.is_none() {
             self.good[file] = generation;
+            self.good_at[file] = Some(std::time::Instant::now());
         }
     }
 
@@ -365,7 +382,7 @@ pub async fn execute(
             broken,
             atomic,
         } => {
-            ws.edit(*file, *broken, *atomic);
+            ws.edit(*file, *broken, *atomic).await;
             format!("generation {}", ws.written[*file])
         }
     }
