@@ -23,7 +23,14 @@
 # BENCH_ONLY="1 3" (run only those benchmarks; 1 and 2 run together; the
 # result goes to bench/results/partial/, BENCHMARKS.md is left alone),
 # NEKO_SIDECAR_BIN (the daemon binary to measure, default
-# target/release/neko-sidecar; the drivers read it too).
+# target/release/neko-sidecar; the drivers read it too),
+# BENCH_HALT_POLL_NS.
+#
+# BENCH_HALT_POLL_NS=N: in a VM guest whose idle driver is cpuidle-haltpoll,
+# idle vCPUs poll for up to N ns before halting, for the run (restored on
+# exit; needs root). The kernel's default is 200000; a guest booted with 0
+# pays 25-30 us for every wake-up of an idle vCPU, which then decides
+# concurrency 1 more than any proxy does (BENCHMARKS.md, "Concurrency 1").
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -80,6 +87,7 @@ cleanup() {
     for p in "${BG[@]}"; do
         wait "$p" 2>/dev/null || true
     done
+    if [ -n "${HALT_POLL_WAS:-}" ]; then echo "$HALT_POLL_WAS" >"$HALT_POLL" || true; fi
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -176,6 +184,28 @@ build() {
 }
 
 # -------------------------------------------------------------- machine ---
+HALT_POLL=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+
+# Applies BENCH_HALT_POLL_NS, if given (see the top of this file).
+set_halt_poll() {
+    [ -n "${BENCH_HALT_POLL_NS:-}" ] || return 0
+    [ -w "$HALT_POLL" ] || die "BENCH_HALT_POLL_NS needs a writable $HALT_POLL (cpuidle-haltpoll, as root)"
+    HALT_POLL_WAS=$(cat "$HALT_POLL")
+    echo "$BENCH_HALT_POLL_NS" >"$HALT_POLL"
+    log "idle vCPUs poll for up to $BENCH_HALT_POLL_NS ns before halting (was $HALT_POLL_WAS)"
+}
+
+# How an idle CPU waits: the cpuidle driver, and its halt polling if any.
+idle_policy() {
+    local driver
+    driver=$(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null || echo none)
+    if [ -r "$HALT_POLL" ]; then
+        echo "cpuidle $driver, guest_halt_poll_ns $(cat "$HALT_POLL")${HALT_POLL_WAS:+ (set for the run; boots with $HALT_POLL_WAS)}"
+    else
+        echo "cpuidle $driver"
+    fi
+}
+
 record_machine() {
     # 1,000 simultaneous calls need about 2,000 descriptors in the daemon.
     local hard
@@ -192,7 +222,7 @@ record_machine() {
 | date | $(date -u +%Y-%m-%dT%H:%MZ) |
 | commit | \`$commit\`$dirty |
 | CPU | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores online |
-| kernel | $(uname -srm); cpuidle $(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null || echo none) |
+| kernel | $(uname -srm); $(idle_policy) |
 | load average at start | $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min) |
 | open files limit | $(ulimit -Sn) |
 | tools | $(rustc --version | cut -d' ' -f1-2), $("$NGINX" -v 2>&1 | cut -d' ' -f3), wrk $(wrk -v 2>&1 | head -1 | cut -d' ' -f2), webhook $(webhook -version | awk '{print $3}') |
@@ -844,6 +874,7 @@ main() {
     local t0=$SECONDS
     install_peers
     build
+    set_halt_poll
     record_machine
     mkdir -p "$RAW"
     rm -f "$RAW"/*.txt
