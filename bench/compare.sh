@@ -45,19 +45,7 @@ BIN=${BINS[${NAMES[0]}]}
 start_devserver
 declare -A URL PID
 for n in "${NAMES[@]}"; do
-    mkdir -p "$WORK/$n/tools.d"
-    cat >"$WORK/$n/agent.toml" <<EOF
-source = "plugin:$n"
-manifest_dirs = ["tools.d"]
-[main_server]
-url = "$DS"
-[callback]
-listen = "127.0.0.1:0"
-[admin]
-listen = ""
-[log]
-level = "warn"
-EOF
+    write_agent "$WORK/$n" "plugin:$n"
     cat >"$WORK/$n/tools.d/w.toml" <<EOF
 [[tool]]
 name = "w_$n"

@@ -359,12 +359,13 @@ parameters = { type = "object", properties = { city = { type = "string" } }, req
 EOF
 }
 
-# Writes DIR/agent.toml (the stand-in at $DS, a callback port of its own,
-# no admin endpoint, warnings only) and the benchmark's tools in DIR/tools.d.
-write_bench_agent() {
+# write_agent DIR SOURCE: DIR/agent.toml (the stand-in at $DS, SOURCE, a
+# callback port of its own, no admin endpoint, warnings only) and an empty
+# DIR/tools.d.
+write_agent() {
     mkdir -p "$1/tools.d"
     cat >"$1/agent.toml" <<EOF
-source = "plugin:bench"
+source = "$2"
 manifest_dirs = ["tools.d"]
 [main_server]
 url = "$DS"
@@ -375,6 +376,11 @@ listen = ""
 [log]
 level = "warn"
 EOF
+}
+
+# The agent of benchmarks 1 and 2 in DIR, with their two tools.
+write_bench_agent() {
+    write_agent "$1" plugin:bench
     write_bench_tools "$1/tools.d/bench.toml"
 }
 
