@@ -429,3 +429,31 @@ fn line_diff_marks_missing_and_extra_lines() {
         "  a\n(the texts differ in their final newline)\n"
     );
 }
+
+/// The Debian package's `/etc/neko-sidecar/agent.toml` is the example
+/// config with the package's manifest directory: the two must not drift.
+#[test]
+fn the_packaged_config_is_the_example_with_the_packages_manifest_dir() {
+    let read = |p: &str| std::fs::read_to_string(repo().join(p)).unwrap();
+    // From the first key's comment on: the header says how each is used.
+    let body = |text: &str| -> Vec<String> {
+        let start = text.find("# Required.").expect("the `source` comment");
+        text[start..]
+            .lines()
+            .map(|l| {
+                if l.starts_with("manifest_dirs = ") {
+                    "manifest_dirs".into()
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect()
+    };
+    let (example, packaged) = (read("agent.toml.example"), read("packaging/agent.toml"));
+    assert_eq!(body(&example), body(&packaged));
+    assert!(
+        packaged
+            .lines()
+            .any(|l| l == r#"manifest_dirs = ["tools.d"]"#)
+    );
+}
