@@ -39,7 +39,7 @@ use http::header::{ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENC
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
@@ -294,8 +294,9 @@ async fn serve_connection(
             }
         })
     };
+    // No timer: hyper's header timeout would also run while a connection
+    // waits for its next request; the watch below times both apart.
     let http = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
         .header_read_timeout(None)
         // A head over 64 KiB gets 431: main_server's are a few hundred bytes.
         .max_header_size(64 * 1024)

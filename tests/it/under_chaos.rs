@@ -66,6 +66,7 @@ async fn chaos() {
     let mut ws = Workspace::new(handler_url);
     let h = dev_server().await;
     let (daemon, shutdown) = InProcess::start(&ws.config(&h.url())).await.into_parts();
+    ws.watch(daemon.reload.desired());
     let cb = daemon.callback.clone();
     let url_for = move |name: &str| cb.url_for(name);
 

@@ -28,7 +28,12 @@ struct Echo {
 
 /// An echo sidecar and a connection to it.
 async fn echo_connection() -> (Echo, TcpStream) {
-    let (dir, sc) = echo_sidecar().await;
+    echo_connection_with(settings()).await
+}
+
+/// The same, with `settings`.
+async fn echo_connection_with(settings: CallbackSettings) -> (Echo, TcpStream) {
+    let (dir, sc) = echo_sidecar_with(settings).await;
     let (addr, path) = split_url(&sc.handle.url_for("echo"));
     let s = TcpStream::connect(&addr).await.unwrap();
     let echo = Echo {
@@ -304,22 +309,12 @@ async fn a_caller_hanging_up_abandons_its_http_call() {
 /// An echo sidecar whose connections time out quickly: `read` for a
 /// request once it has begun, `idle` without one.
 async fn echo_with_timeouts(read: Duration, idle: Duration) -> (Echo, TcpStream) {
-    let dir = tempfile::tempdir().unwrap();
-    let settings = CallbackSettings {
+    echo_connection_with(CallbackSettings {
         read_timeout: read,
         idle_timeout: idle,
         ..settings()
-    };
-    let sc = Sidecar::start_with(&state(dir.path(), ECHO), settings).await;
-    let (addr, path) = split_url(&sc.handle.url_for("echo"));
-    let s = TcpStream::connect(&addr).await.unwrap();
-    let echo = Echo {
-        _dir: dir,
-        _sc: sc,
-        addr,
-        path,
-    };
-    (echo, s)
+    })
+    .await
 }
 
 /// How long after `since` the server closed `s`, reading what it sends.
@@ -398,8 +393,7 @@ async fn an_idle_kept_alive_connection_is_closed_after_the_idle_timeout() {
 /// ones are closed to make room.
 #[tokio::test]
 async fn two_thousand_idle_connections_do_not_stop_a_call() {
-    let dir = tempfile::tempdir().unwrap();
-    let sc = Sidecar::start(&state(dir.path(), ECHO)).await;
+    let (_dir, sc) = echo_sidecar().await;
     let max = settings().max_connections;
     let (addr, _) = split_url(&sc.handle.url_for("echo"));
     let mut idle = Vec::new();

@@ -12,7 +12,9 @@ use rustix::process::Signal;
 use serde_json::json;
 
 use crate::support::daemon::*;
-use crate::support::{WAIT, Workspace, count_requests, describe, dev_server, wait_stand_in};
+use crate::support::{
+    WAIT, Workspace, count_requests, describe, dev_server, wait_stand_in, wait_until,
+};
 
 /// Scheduling slack on top of a deadline, on a busy 2-core machine.
 const MARGIN: Duration = Duration::from_millis(1500);
@@ -189,20 +191,16 @@ async fn sigterm_with_main_server_and_a_handler_hanging_exits_by_the_deadline() 
                 .await
         })
     };
-    let deadline = std::time::Instant::now() + WAIT;
-    let pid = loop {
-        if let Some(pid) = std::fs::read_to_string(&started)
+    let read_pid = || {
+        std::fs::read_to_string(&started)
             .ok()
             .and_then(|s| s.trim().parse::<i32>().ok())
-        {
-            break pid;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the handler never started"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
     };
+    assert!(
+        wait_until(WAIT, || read_pid().is_some()).await,
+        "the handler never started"
+    );
+    let pid = read_pid().unwrap();
     h.set_delay(Duration::from_secs(30));
     let sent = Instant::now();
     sidecar.signal(Signal::TERM);

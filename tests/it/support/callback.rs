@@ -89,8 +89,13 @@ impl Sidecar {
 
 /// A sidecar serving [`ECHO`], and the tempdir it runs in.
 pub async fn echo_sidecar() -> (tempfile::TempDir, Sidecar) {
+    echo_sidecar_with(settings()).await
+}
+
+/// The same, with `settings`.
+pub async fn echo_sidecar_with(settings: CallbackSettings) -> (tempfile::TempDir, Sidecar) {
     let dir = tempfile::tempdir().unwrap();
-    let sc = Sidecar::start(&state(dir.path(), ECHO)).await;
+    let sc = Sidecar::start_with(&state(dir.path(), ECHO), settings).await;
     (dir, sc)
 }
 

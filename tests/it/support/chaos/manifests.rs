@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 
+use neko_sidecar::desired::DesiredState;
 use serde_json::{Value as Json, json};
 
 /// Our registrations' source tag.
@@ -146,6 +147,19 @@ impl Breakage {
 
 fn description(name: &str, generation: u32) -> String {
     format!("{name} echoes its query (schema generation {generation})")
+}
+
+/// Whether the daemon's desired state holds `file` at `generation`: its
+/// tools of that generation, and none of the others.
+pub fn loaded(desired: &DesiredState, file: usize, generation: u32) -> bool {
+    FILES[file].tools.iter().all(|t| {
+        let held = desired.tools.get(t.name);
+        if present(t.name, generation) {
+            held.is_some_and(|d| d.spec.description == description(t.name, generation))
+        } else {
+            held.is_none()
+        }
+    })
 }
 
 fn q_description(generation: u32) -> String {

@@ -12,15 +12,17 @@ pub mod plan;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Mutex, Once};
+use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
 use axum::Json;
 use axum::routing::post;
+use neko_sidecar::desired::DesiredState;
 use neko_sidecar::devserver::{DevServerHandle, RegistrySnapshot, Scope};
 use serde_json::{Value as Json_, json};
+use tokio::sync::watch;
 
-use super::serve_http;
+use super::{WAIT, serve_http, wait_until};
 use manifests::{ECHO_SCRIPT, Expected, FILES, SOURCE, render};
 use plan::{Action, FLAKY_ROLE};
 
@@ -130,10 +132,6 @@ pub async fn echo_handler() -> String {
     format!("http://{addr}/echo")
 }
 
-/// How long a good manifest write stands before the next write of the same
-/// file: ten times the debounce of `Workspace::config`, for a loaded machine.
-const GOOD_WRITE_SETTLES: std::time::Duration = std::time::Duration::from_millis(500);
-
 /// A workspace with `tools/` (the manifests), `handlers/echo.sh` and
 /// `agent.toml`, and the generation of each file.
 pub struct Workspace {
@@ -143,8 +141,11 @@ pub struct Workspace {
     pub written: Vec<u32>,
     /// The generation of each file's last good write: what must be in force.
     pub good: Vec<u32>,
-    /// When each file was last written, if that write was good.
-    good_at: Vec<Option<std::time::Instant>>,
+    /// A file's last write, when it was good and the daemon may not have
+    /// read it yet (see `edit`).
+    unread_good: Vec<Option<u32>>,
+    /// The daemon's desired state, once it runs (see `watch`).
+    desired: Option<watch::Receiver<Arc<DesiredState>>>,
 }
 
 impl Workspace {
@@ -157,7 +158,8 @@ impl Workspace {
             handler_url,
             written: vec![0; FILES.len()],
             good: vec![0; FILES.len()],
-            good_at: vec![None; FILES.len()],
+            unread_good: vec![None; FILES.len()],
+            desired: None,
         };
         for file in 0..FILES.len() {
             ws.write_file(file, 0, None, false);
@@ -189,23 +191,32 @@ impl Workspace {
         }
     }
 
+    /// From now on, `edit` waits for the daemon behind `desired`.
+    pub fn watch(&mut self, desired: watch::Receiver<Arc<DesiredState>>) {
+        self.desired = Some(desired);
+    }
+
     /// Writes the next generation of `file`, broken or not. A good write is
-    /// given `GOOD_WRITE_SETTLES` before the next write of the same file: a
-    /// write the debounce folds into the next one is never read, so it
-    /// cannot be the last good version the daemon keeps. (Late steps bunch
-    /// up when a fault delays the schedule: a good and a broken edit of one
-    /// file once landed 1 ms apart.)
+    /// read by the daemon before the next write of the same file: one the
+    /// debounce folded into the next could never be the last good version
+    /// the daemon keeps. (Late steps bunch up when a fault delays the
+    /// schedule: a good and a broken edit of one file once landed 1 ms
+    /// apart.)
     pub async fn edit(&mut self, file: usize, broken: Option<manifests::Breakage>, atomic: bool) {
-        if let Some(at) = self.good_at[file] {
-            tokio::time::sleep(GOOD_WRITE_SETTLES.saturating_sub(at.elapsed())).await;
+        if let (Some(generation), Some(desired)) = (self.unread_good[file], &self.desired) {
+            let read = || manifests::loaded(&desired.borrow(), file, generation);
+            assert!(
+                wait_until(WAIT, read).await,
+                "the daemon never read generation {generation} of file {file}"
+            );
         }
         let generation = self.written[file] + 1;
         self.write_file(file, generation, broken, atomic);
         self.written[file] = generation;
-        self.good_at[file] = None;
+        self.unread_good[file] = None;
         if broken.is_none() {
             self.good[file] = generation;
-            self.good_at[file] = Some(std::time::Instant::now());
+            self.unread_good[file] = Some(generation);
         }
     }
 
