@@ -70,6 +70,7 @@ pub(crate) fn render(loaded: &Loaded, verbose: bool) -> (String, bool) {
     }
     let (errors, warnings) = diag::count(&loaded.diagnostics);
     let tools = loaded.desired.as_ref().map_or(0, DesiredState::len);
+    let servers = loaded.desired.as_ref().map_or(0, |d| d.mcp_servers.len());
     let files = loaded.files.len();
     if verbose {
         if let Some(desired) = &loaded.desired {
@@ -95,7 +96,16 @@ pub(crate) fn render(loaded: &Loaded, verbose: bool) -> (String, bool) {
             cfg.source
         );
     }
-    let what = format!("{} in {}", plural(tools, "tool"), plural(files, "file"));
+    let what = if servers == 0 {
+        format!("{} in {}", plural(tools, "tool"), plural(files, "file"))
+    } else {
+        format!(
+            "{} and {} in {}",
+            plural(tools, "tool"),
+            plural(servers, "MCP server"),
+            plural(files, "file")
+        )
+    };
     let ok = errors == 0;
     if ok {
         if warnings == 0 {
@@ -113,3 +123,74 @@ pub(crate) fn render(loaded: &Loaded, verbose: bool) -> (String, bool) {
     }
     (out, ok)
 }
+
+/// `check --probe`: each MCP server started once, its tools listed and
+/// judged as the daemon would; the report, and whether all went well.
+pub(crate) async fn probe(desired: &DesiredState) -> (String, bool) {
+    let mut out = String::new();
+    if desired.mcp_servers.is_empty() {
+        let _ = writeln!(out, "probe: no MCP server to probe");
+        return (out, true);
+    }
+    let statuses = crate::mcp::McpServers::probe(desired, PROBE_WAIT).await;
+    let mut ok = true;
+    for st in &statuses {
+        let Some(spec) = desired.mcp_servers.get(&st.name) else {
+            continue;
+        };
+        let at = Some(spec.origin.position());
+        if st.protocol.is_none() {
+            ok = false;
+            let why = st.last_error.as_deref().unwrap_or("no answer in time");
+            let d = Diagnostic::error(
+                &spec.origin.file,
+                at,
+                format!(
+                    "MCP server `{}` ({}) could not be probed: {why}",
+                    st.name, st.transport
+                ),
+            );
+            let _ = writeln!(out, "{d}");
+            continue;
+        }
+        for r in &st.rejected {
+            ok = false;
+            let d = Diagnostic::error(
+                &spec.origin.file,
+                at,
+                format!(
+                    "MCP server `{}`: tool `{}` would not be offered: {}",
+                    st.name, r.name, r.reason
+                ),
+            );
+            let _ = writeln!(out, "{d}");
+        }
+        let _ = writeln!(
+            out,
+            "MCP server `{}` ({}), protocol {}: {} offered{}{}",
+            st.name,
+            st.transport,
+            st.protocol.as_deref().unwrap_or("?"),
+            plural(st.tools.len(), "tool"),
+            if st.tools.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", st.tools.join(", "))
+            },
+            match (st.rejected.len(), st.filtered) {
+                (0, 0) => String::new(),
+                (r, f) => format!(" ({r} rejected, {f} left out by include/exclude)"),
+            }
+        );
+    }
+    let _ = writeln!(
+        out,
+        "probe of {}: {}",
+        plural(statuses.len(), "MCP server"),
+        if ok { "ok" } else { "failed" }
+    );
+    (out, ok)
+}
+
+/// How long `check --probe` waits for each server's first listing.
+const PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);

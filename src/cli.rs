@@ -108,6 +108,10 @@ pub struct CheckArgs {
     /// Also list every tool that would be registered, with its fingerprint.
     #[arg(long, short = 'v')]
     pub verbose: bool,
+    /// Also start each MCP server once, list its tools, report every tool
+    /// main_server or the manifest rules would refuse, and stop it.
+    #[arg(long)]
+    pub probe: bool,
 }
 
 #[derive(Debug, Args)]

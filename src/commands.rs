@@ -113,7 +113,20 @@ impl Invocation {
                 let loaded = check::load_all(&args.config);
                 let (text, ok) = check::render(&loaded, args.verbose);
                 print_or_exit(&text);
-                exit_unless(ok, 1)
+                let probed = match (&loaded.desired, args.probe) {
+                    (Some(desired), true) => match on_runtime(check::probe(desired)) {
+                        Ok((text, probe_ok)) => {
+                            print_or_exit(&text);
+                            probe_ok
+                        }
+                        Err(e) => {
+                            eprintln!("neko-sidecar: cannot start the async runtime: {e}");
+                            false
+                        }
+                    },
+                    _ => true,
+                };
+                exit_unless(ok && probed, 1)
             }
             Prepared::Run(cfg) => block_on(run_daemon(*cfg)),
             Prepared::Demo(args) => {

@@ -13,7 +13,7 @@ use serde_json::{Value as Json, json};
 use sha2::{Digest, Sha256};
 
 use crate::diag::Diagnostic;
-use crate::manifest::{ManifestFile, ToolSpec};
+use crate::manifest::{ManifestFile, McpServerSpec, ToolSpec};
 
 /// A hash of what main_server receives for a tool, callback URL excluded.
 ///
@@ -104,11 +104,27 @@ pub struct DesiredTool {
     pub fingerprint: Fingerprint,
 }
 
-/// Every desired tool, by name (names are unique within a sidecar).
+/// Every desired tool, by name (names are unique within a sidecar), and
+/// the MCP servers whose tools are to be added (by `mcp`, once listed).
 #[derive(Debug, Clone, Default)]
 pub struct DesiredState {
     pub source: String,
     pub tools: BTreeMap<String, DesiredTool>,
+    /// By name, unique within a sidecar. Empty in the state `mcp` publishes:
+    /// by then their tools are in `tools`.
+    pub mcp_servers: BTreeMap<String, Arc<McpServerSpec>>,
+}
+
+/// The error at `spec`, which declares the MCP server name of `first` again.
+pub(crate) fn server_declared_twice(spec: &McpServerSpec, first: &McpServerSpec) -> Diagnostic {
+    Diagnostic::error(
+        &spec.origin.file,
+        Some(spec.origin.position()),
+        format!(
+            "MCP server `{}` is declared twice: first at {}; MCP server names must be unique within one sidecar",
+            spec.name, first.origin
+        ),
+    )
 }
 
 impl DesiredState {
@@ -116,8 +132,16 @@ impl DesiredState {
     /// that names both places; the first declaration (in file order) is kept.
     pub fn assemble(source: &str, files: &[ManifestFile]) -> (Self, Vec<Diagnostic>) {
         let mut tools: BTreeMap<String, DesiredTool> = BTreeMap::new();
+        let mut mcp_servers: BTreeMap<String, Arc<McpServerSpec>> = BTreeMap::new();
         let mut diags = Vec::new();
         for file in files {
+            for spec in &file.mcp_servers {
+                if let Some(first) = mcp_servers.get(&spec.name) {
+                    diags.push(server_declared_twice(spec, first));
+                    continue;
+                }
+                mcp_servers.insert(spec.name.clone(), Arc::new(spec.clone()));
+            }
             for spec in &file.tools {
                 if let Some(first) = tools.get(&spec.name) {
                     diags.push(declared_twice(spec, &first.spec));
@@ -137,6 +161,7 @@ impl DesiredState {
             Self {
                 source: source.to_string(),
                 tools,
+                mcp_servers,
             },
             diags,
         )
@@ -153,6 +178,34 @@ impl DesiredState {
     pub fn get(&self, name: &str) -> Option<&DesiredTool> {
         self.tools.get(name)
     }
+}
+
+/// Every field a consumer uses. The fingerprint covers what main_server
+/// sees; the handler, argument validation, concurrency and origin are local
+/// but must still reach the callback server.
+pub(crate) fn same_spec(a: &ToolSpec, b: &ToolSpec) -> bool {
+    a.name == b.name
+        && a.description == b.description
+        && a.parameters == b.parameters
+        && a.timeout_seconds == b.timeout_seconds
+        && a.role == b.role
+        && a.handler == b.handler
+        && a.validate_arguments == b.validate_arguments
+        && a.max_concurrency == b.max_concurrency
+        && a.origin == b.origin
+}
+
+pub(crate) fn same_state(a: &DesiredState, b: &DesiredState) -> bool {
+    a.source == b.source
+        && a.tools.len() == b.tools.len()
+        && a.tools.iter().zip(&b.tools).all(|((na, ta), (nb, tb))| {
+            na == nb && ta.fingerprint == tb.fingerprint && Arc::ptr_eq(&ta.spec, &tb.spec)
+        })
+        && a.mcp_servers.len() == b.mcp_servers.len()
+        && a.mcp_servers
+            .iter()
+            .zip(&b.mcp_servers)
+            .all(|((na, sa), (nb, sb))| na == nb && Arc::ptr_eq(sa, sb))
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //!
 //! The binary (`src/main.rs`) only parses arguments, sets up logging and calls
 //! into this library; see ARCHITECTURE.md for the module map.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod admin;
 pub mod backoff;
@@ -23,6 +23,7 @@ pub(crate) mod duration;
 pub mod engine;
 pub mod logging;
 pub mod manifest;
+pub mod mcp;
 pub mod planner;
 pub mod registration;
 pub mod reload;

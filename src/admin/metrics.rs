@@ -35,8 +35,11 @@ pub(crate) fn render(s: &Sample) -> String {
     tools(&mut e, s);
     callbacks(&mut e, s);
     manifests(&mut e, s);
+    mcp_servers(&mut e, s);
     e.finish()
 }
+
+use crate::mcp::Phase;
 
 fn unix_seconds(t: std::time::SystemTime) -> f64 {
     t.duration_since(std::time::UNIX_EPOCH)
@@ -252,6 +255,51 @@ fn manifests(e: &mut Exposition, s: &Sample) {
         "Rescans of the manifest directories (file events, the periodic safety net, SIGHUP).",
         m.rescans as f64,
     );
+}
+
+fn mcp_servers(e: &mut Exposition, s: &Sample) {
+    if s.mcp.is_empty() {
+        return;
+    }
+    e.family(
+        "neko_sidecar_mcp_server_up",
+        Kind::Gauge,
+        "1 while the MCP server is connected and its tools listed, 0 while it is starting or restarting.",
+    );
+    for m in &s.mcp {
+        let up = if m.phase == Phase::Ready { 1.0 } else { 0.0 };
+        e.sample("neko_sidecar_mcp_server_up", &[("server", &m.name)], up);
+    }
+    e.family(
+        "neko_sidecar_mcp_server_restarts_total",
+        Kind::Counter,
+        "Times the MCP server was lost after being ready and started (or connected) again.",
+    );
+    for m in &s.mcp {
+        e.sample(
+            "neko_sidecar_mcp_server_restarts_total",
+            &[("server", &m.name)],
+            m.restarts as f64,
+        );
+    }
+    e.family(
+        "neko_sidecar_mcp_server_tools",
+        Kind::Gauge,
+        "Tools of the MCP server's last listing: offered to main_server, or rejected (bad name, taken name, refused schema).",
+    );
+    for m in &s.mcp {
+        let name = m.name.as_str();
+        e.sample(
+            "neko_sidecar_mcp_server_tools",
+            &[("server", name), ("state", "offered")],
+            m.tools.len() as f64,
+        );
+        e.sample(
+            "neko_sidecar_mcp_server_tools",
+            &[("server", name), ("state", "rejected")],
+            m.rejected.len() as f64,
+        );
+    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,10 @@
 //!   takes a person (or another agent, or main_server gaining a role) to
 //!   change that. A probe that should tolerate them probes `/healthz`.
 //!
+//! An MCP server that has not listed its tools yet makes the sidecar
+//! unready (its tools are not even desired yet); one restarting after it
+//! listed does not (its last listing stays registered).
+//!
 //! A manifest file in error does not make the sidecar unready by itself:
 //! its last good version is still served (and `/status` shows the error).
 //! Pure: a sample in, a verdict out. `/readyz` and the `status` command's
@@ -18,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use super::sample::Sample;
 use crate::diag::plural;
+use crate::mcp::Phase;
 use crate::registration::ToolState;
 
 /// At most this many tools are named in the reasons; the rest are counted.
@@ -67,6 +72,20 @@ pub(crate) fn judge(sample: &Sample) -> Readiness {
             sample.desired.tools.len(),
             named.join("; ")
         ));
+    }
+    // A server that never listed has tools nobody can see yet; one that is
+    // restarting keeps its last listing registered.
+    for m in &sample.mcp {
+        if m.listed_at.is_none() && m.tools.is_empty() && m.phase != Phase::Ready {
+            reasons.push(format!(
+                "MCP server `{}` has not listed its tools yet{}",
+                m.name,
+                m.last_error
+                    .as_deref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            ));
+        }
     }
     Readiness {
         ready: reasons.is_empty(),

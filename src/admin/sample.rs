@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::callback::{CallbackHandle, CallbackStats};
 use crate::daemon::Daemon;
 use crate::desired::DesiredState;
+use crate::mcp::{McpServers, ServerStatus};
 use crate::registration::{RegistrationSnapshot, RegistrationStore};
 use crate::reload::{ManifestHealth, ReloadHandle};
 
@@ -23,8 +24,13 @@ pub struct AdminState {
     pub registration: Arc<RegistrationStore>,
     /// Call statistics and each tool's callback URL.
     pub callbacks: CallbackHandle,
-    /// The desired state and every manifest file's health.
+    /// Every manifest file's health.
     pub reload: ReloadHandle,
+    /// The desired state as the engine sees it: the manifests' tools and
+    /// the MCP servers' tools.
+    pub desired: tokio::sync::watch::Receiver<Arc<DesiredState>>,
+    /// The MCP servers' sessions.
+    pub mcp: McpServers,
     /// The registration source tag.
     pub source: String,
     /// main_server's base URL, shown so an operator sees where we look.
@@ -43,6 +49,8 @@ impl AdminState {
             registration: Arc::clone(&daemon.registration),
             callbacks: daemon.callback.clone(),
             reload: daemon.reload.clone(),
+            desired: daemon.desired.clone(),
+            mcp: daemon.mcp.clone(),
             source: daemon.config.source.clone(),
             main_server_url: daemon.config.main_server.url.clone(),
             started_at: SystemTime::now(),
@@ -53,7 +61,7 @@ impl AdminState {
 
     /// Reads every source once.
     pub(crate) fn sample(&self) -> Sample {
-        let desired = Arc::clone(&self.reload.desired().borrow());
+        let desired = Arc::clone(&self.desired.borrow());
         let callback_urls = desired
             .tools
             .keys()
@@ -64,6 +72,7 @@ impl AdminState {
             callbacks: self.callbacks.stats(),
             callback_urls,
             manifests: self.reload.health(),
+            mcp: self.mcp.statuses(),
             desired,
             source: self.source.clone(),
             main_server_url: self.main_server_url.clone(),
@@ -83,6 +92,8 @@ pub struct Sample {
     /// Each desired tool's callback URL.
     pub callback_urls: std::collections::BTreeMap<String, String>,
     pub manifests: Arc<ManifestHealth>,
+    /// Each MCP server, by name.
+    pub mcp: Vec<ServerStatus>,
     pub desired: Arc<DesiredState>,
     pub source: String,
     pub main_server_url: String,

@@ -12,6 +12,7 @@ use std::path::Path;
 use super::client::{AdminClient, ClientError, admin_url};
 use super::view::StatusView;
 use crate::diag::plural;
+use crate::mcp::Phase;
 
 /// At most this much of a tool's last error goes into the table.
 const ERROR_CHARS: usize = 80;
@@ -86,6 +87,41 @@ pub(crate) fn render_status(v: &StatusView) -> String {
     if !v.tools.is_empty() {
         out.push('\n');
         out.push_str(&tool_table(v));
+    }
+    if !v.mcp_servers.is_empty() {
+        out.push_str("\nMCP servers:\n");
+        for m in &v.mcp_servers {
+            let phase = match m.phase {
+                Phase::Ready => "ready".to_string(),
+                Phase::Starting if m.attempt == 0 => "starting".to_string(),
+                Phase::Starting | Phase::Restarting => format!(
+                    "{} (attempt {})",
+                    if m.phase == Phase::Starting {
+                        "STARTING"
+                    } else {
+                        "RESTARTING"
+                    },
+                    m.attempt
+                ),
+                Phase::Stopped => "stopped".to_string(),
+            };
+            let protocol = m.protocol.as_deref().unwrap_or("-");
+            let _ = writeln!(
+                out,
+                "  {}: {phase}, protocol {protocol}, {}, {} offered, {} rejected, {} restarts",
+                m.name,
+                m.transport,
+                plural(m.tools.len(), "tool"),
+                m.rejected.len(),
+                m.restarts
+            );
+            if let Some(e) = &m.last_error {
+                let _ = writeln!(out, "    last error: {}", shorten(e, 200));
+            }
+            for r in &m.rejected {
+                let _ = writeln!(out, "    rejected {}: {}", r.name, r.reason);
+            }
+        }
     }
     let problems: Vec<&str> = v
         .manifests

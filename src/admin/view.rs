@@ -16,6 +16,7 @@ use super::sample::Sample;
 use super::time::rfc3339;
 use crate::diag::Diagnostic;
 use crate::manifest::Handler;
+use crate::mcp::ServerStatus;
 use crate::registration::{ToolRegistration, ToolState};
 use crate::reload::{FileHealth, FileReport};
 
@@ -35,6 +36,9 @@ pub(crate) struct StatusView {
     /// Every desired tool, by name.
     pub tools: Vec<ToolView>,
     pub manifests: ManifestsView,
+    /// Each `[[mcp_server]]`: its phase, protocol and tools.
+    #[serde(default)]
+    pub mcp_servers: Vec<ServerStatus>,
     pub callback_rejections: RejectionsView,
 }
 
@@ -232,6 +236,7 @@ pub(crate) fn build(sample: &Sample) -> StatusView {
                 .map(diagnostic_view)
                 .collect(),
         },
+        mcp_servers: sample.mcp.clone(),
         callback_rejections: RejectionsView {
             forbidden_peer: r.forbidden_peer,
             body_too_large: r.body_too_large,
@@ -268,6 +273,7 @@ fn tool_view(sample: &Sample, name: &str) -> ToolView {
             match s.handler {
                 Handler::Http(_) => "http",
                 Handler::Exec(_) => "exec",
+                Handler::Mcp(_) => "mcp",
             }
             .to_owned()
         }),
@@ -403,6 +409,7 @@ pub(super) mod tests {
                 tools: names.len(),
                 ..ManifestHealth::default()
             }),
+            mcp: Vec::new(),
             desired: Arc::new(desired),
             source: "plugin:t".to_owned(),
             main_server_url: "http://127.0.0.1:48911".to_owned(),

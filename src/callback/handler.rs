@@ -16,7 +16,9 @@ use super::exec_handler;
 use super::http_handler::{self, Endpoint};
 use super::limits::seconds;
 use super::stats::Outcome;
-use crate::manifest::{Handler, ToolSpec};
+use crate::manifest::{Handler, McpToolHandler, ToolSpec};
+use crate::mcp::answer;
+use crate::mcp::{CallError, McpServers};
 
 /// Why a handler gave no usable answer. Each message is a sentence the
 /// model reads.
@@ -52,6 +54,17 @@ pub(crate) enum HandlerError {
         "the sidecar is shutting down and stopped the handler before it answered; try again shortly"
     )]
     ShuttingDown,
+    /// An MCP server not connected now; the message says why and when.
+    #[error("{0}")]
+    McpUnavailable(String),
+    #[error(
+        "the MCP server `{server}` answered the call with an error: {message} (JSON-RPC error {code})"
+    )]
+    McpRpc {
+        server: String,
+        code: i32,
+        message: String,
+    },
 }
 
 fn tail_note(from: &str, tail: &str) -> String {
@@ -73,6 +86,8 @@ impl HandlerError {
             HandlerError::Exited { .. } => Outcome::HandlerExit,
             HandlerError::Failed { .. } => Outcome::HandlerFailed,
             HandlerError::ShuttingDown => Outcome::ShuttingDown,
+            HandlerError::McpUnavailable(_) => Outcome::Unreachable,
+            HandlerError::McpRpc { .. } => Outcome::HandlerFailed,
         }
     }
 }
@@ -88,6 +103,8 @@ pub(crate) struct HandlerContext {
     /// Every running call and every background stop of a handler process,
     /// so a drain can wait for them all.
     pub tasks: TaskTracker,
+    /// The MCP servers, once the daemon has them (`CallbackHandle::set_mcp`).
+    pub mcp: std::sync::OnceLock<McpServers>,
 }
 
 /// One call as the handler sees it.
@@ -131,5 +148,56 @@ pub(crate) async fn run(
             }
         }
         Handler::Exec(h) => exec_handler::call(ctx, h, &call).await,
+        Handler::Mcp(m) => mcp_call(ctx, m, &call).await,
+    }
+}
+
+/// `tools/call` on the server's session, cancelled at the deadline.
+async fn mcp_call(
+    ctx: &HandlerContext,
+    m: &McpToolHandler,
+    call: &Invocation<'_>,
+) -> Result<Vec<u8>, HandlerError> {
+    let session = ctx.mcp.get().and_then(|servers| servers.session(&m.server));
+    let Some(session) = session else {
+        return Err(HandlerError::McpUnavailable(format!(
+            "the MCP server `{}` is not configured in this sidecar any more",
+            m.server
+        )));
+    };
+    // The body was read and its arguments checked before (`call`).
+    let arguments = serde_json::from_slice::<serde_json::Value>(&call.body)
+        .ok()
+        .and_then(
+            |mut v| match v.get_mut("arguments").map(serde_json::Value::take) {
+                Some(serde_json::Value::Object(o)) => Some(o),
+                _ => None,
+            },
+        )
+        .unwrap_or_default();
+    // Dropping the call at the deadline cancels it on the server
+    // (`notifications/cancelled`).
+    let work = session.call(&m.tool, arguments);
+    let result = tokio::select! {
+        biased;
+        r = work => r,
+        () = tokio::time::sleep_until(call.deadline) => return Err(HandlerError::Timeout { budget: call.budget, stopped: true }),
+        () = ctx.hard_stop.cancelled() => return Err(HandlerError::ShuttingDown),
+    };
+    match result {
+        Ok(result) => Ok(answer::envelope_for(&result).to_vec()),
+        Err(CallError::Unavailable(why)) => Err(HandlerError::McpUnavailable(why)),
+        Err(CallError::Rpc { code, message }) => Err(HandlerError::McpRpc {
+            server: m.server.clone(),
+            code,
+            message,
+        }),
+        Err(CallError::Unsupported(why)) => Err(HandlerError::Failed { detail: why }),
+        Err(CallError::Lost(why)) => Err(HandlerError::Failed {
+            detail: format!(
+                "the session with the MCP server `{}` broke: {why}; it is being started again",
+                m.server
+            ),
+        }),
     }
 }

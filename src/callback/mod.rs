@@ -199,6 +199,7 @@ impl CallbackServer {
                 kill_grace: settings.kill_grace,
                 hard_stop: CancellationToken::new(),
                 tasks: TaskTracker::new(),
+                mcp: Default::default(),
             }),
             stop_accepting: shutdown.child_token(),
             max_body_bytes: settings.max_body_bytes,
@@ -258,6 +259,11 @@ impl CallbackHandle {
             .unwrap_or_else(|e| e.into_inner());
         let next = guard.rebuild(desired, &self.shared.clients);
         *guard = Arc::new(next);
+    }
+
+    /// Where calls of MCP tools go; set once, before any is routed.
+    pub(crate) fn set_mcp(&self, servers: crate::mcp::McpServers) {
+        let _ = self.shared.handlers.mcp.set(servers);
     }
 
     pub fn stats(&self) -> CallbackStats {

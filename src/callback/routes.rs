@@ -60,7 +60,7 @@ impl RouteTable {
                 let stats = old.map_or_else(Default::default, |r| r.stats.clone());
                 let endpoint = match &tool.spec.handler {
                     Handler::Http(h) => Some(Endpoint::new(h, clients)),
-                    Handler::Exec(_) => None,
+                    Handler::Exec(_) | Handler::Mcp(_) => None,
                 };
                 let route = Route {
                     spec: tool.spec.clone(),

@@ -36,12 +36,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::backoff::{BackoffPolicy, Jitter};
 use crate::callback::{CallbackError, CallbackHandle, CallbackServer, CallbackSettings, Drained};
 use crate::client::{Client, ClientBuildError};
 use crate::config::{self, AgentConfig};
 use crate::desired::DesiredState;
 use crate::diag::Diagnostic;
 use crate::engine::{ClearError, ClearReport, Engine, EngineError};
+use crate::mcp::McpServers;
 use crate::registration::RegistrationStore;
 use crate::reload::{ManifestSet, ManifestSource, ReloadHandle, ReloadSettings, Reloader};
 use crate::systemd::{Heartbeat, Notifier};
@@ -106,6 +108,11 @@ pub struct Daemon {
     pub registration: Arc<RegistrationStore>,
     pub callback: CallbackHandle,
     pub reload: ReloadHandle,
+    /// The MCP servers' sessions, for status and tests.
+    pub mcp: McpServers,
+    /// The desired state the engine works to: the manifests' tools and the
+    /// MCP servers' (`reload.desired()` has the manifests' alone).
+    pub desired: watch::Receiver<Arc<DesiredState>>,
     pub config: AgentConfig,
     /// Keeps the reload channel open while the daemon lives, when the
     /// caller gave none (no SIGHUP to forward).
@@ -212,11 +219,28 @@ pub async fn start(
     let tasks = TaskTracker::new();
     tasks.spawn(reloader.run(inner.clone()));
 
+    // The MCP hub adds the tools of MCP servers to the manifests' own;
+    // restarts follow the registration backoff.
+    let policy = BackoffPolicy::new(
+        config.registration.backoff_initial,
+        config.registration.backoff_max,
+    )
+    .map_err(EngineError::from)?;
+    let mcp = McpServers::new(policy, Jitter::random());
+    callback.set_mcp(mcp.clone());
+    let first = Arc::new(mcp.first(&reload.desired().borrow()));
+    let (to_bridge, mut from_hub) = watch::channel(first.clone());
+    tasks.spawn(mcp.clone().run(
+        reload.desired(),
+        to_bridge,
+        config.shutdown_deadline,
+        inner.clone(),
+    ));
+
     // The bridge: route first, then let the engine register.
-    let mut from_reload = reload.desired();
-    let first = from_reload.borrow_and_update().clone();
     callback.set_tools(&first);
     let (to_engine, engine_rx) = watch::channel(first);
+    let desired = engine_rx.clone();
     {
         let callback = callback.clone();
         let inner = inner.clone();
@@ -224,11 +248,11 @@ pub async fn start(
             loop {
                 tokio::select! {
                     () = inner.cancelled() => break,
-                    r = from_reload.changed() => {
+                    r = from_hub.changed() => {
                         if r.is_err() {
                             break;
                         }
-                        let d: Arc<DesiredState> = from_reload.borrow_and_update().clone();
+                        let d: Arc<DesiredState> = from_hub.borrow_and_update().clone();
                         callback.set_tools(&d);
                         let _ = to_engine.send(d);
                     }
@@ -263,6 +287,7 @@ pub async fn start(
         registration: Arc::clone(&registration),
         callback: callback.clone(),
         reload: reload.clone(),
+        mcp: mcp.clone(),
         inner,
         tasks: tasks.clone(),
     };
@@ -271,6 +296,8 @@ pub async fn start(
         registration,
         callback,
         reload,
+        mcp,
+        desired,
         config,
         _reloads: reload_tx,
         tasks,
@@ -286,6 +313,7 @@ struct Supervisor {
     registration: Arc<RegistrationStore>,
     callback: CallbackHandle,
     reload: ReloadHandle,
+    mcp: McpServers,
     inner: CancellationToken,
     tasks: TaskTracker,
 }
@@ -412,7 +440,13 @@ impl Supervisor {
                 Err(_) => Err(ClearError::Deadline(Duration::ZERO)),
             }
         };
-        let drain = self.callback.drain(deadline);
+        // MCP servers serve the calls being drained; they stop after
+        // them (stdin closed, SIGTERM, SIGKILL), by the same deadline.
+        let drain = async {
+            let drained = self.callback.drain(deadline).await;
+            self.mcp.stop_all(deadline).await;
+            drained
+        };
         let (cleared, drained) = tokio::join!(clear, drain);
         // Success is logged by the engine's clear; a failure is one warning.
         if let Err(e) = &cleared {

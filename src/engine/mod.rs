@@ -99,7 +99,7 @@ impl Engine {
             jitter: Jitter::random(),
             desired: Arc::new(DesiredState {
                 source: config.source.clone(),
-                tools: Default::default(),
+                ..DesiredState::default()
             }),
             memory: Memory::new(),
             tool_retries: Default::default(),

@@ -15,7 +15,9 @@ use std::sync::Arc;
 use serde_json::Value as Json;
 use toml::de::{DeTable, DeValue};
 
-use super::{ExecHandler, Handler, HttpHandler, Origin, ToolSpec, default_parameters, schema};
+use super::{
+    ExecHandler, Handler, HttpHandler, McpServerSpec, Origin, ToolSpec, default_parameters, schema,
+};
 use crate::config::{absolutize, runtime_path};
 use crate::contract::url_host_is_loopback;
 use crate::diag::{Diagnostic, SourceText};
@@ -34,6 +36,8 @@ pub struct ManifestFile {
     pub path: PathBuf,
     /// Empty whenever `diagnostics` holds an error.
     pub tools: Vec<ToolSpec>,
+    /// Empty whenever `diagnostics` holds an error.
+    pub mcp_servers: Vec<McpServerSpec>,
     pub diagnostics: Vec<Diagnostic>,
 }
 
@@ -46,6 +50,7 @@ impl ManifestFile {
         Self {
             path: path.to_path_buf(),
             tools: Vec::new(),
+            mcp_servers: Vec::new(),
             diagnostics: vec![d],
         }
     }
@@ -66,7 +71,7 @@ const HTTP_KEYS: &[&str] = &["type", "url", "unix_socket"];
 const EXEC_KEYS: &[&str] = &["type", "command", "cwd", "env"];
 
 /// The largest timeout main_server accepts.
-const MAX_TIMEOUT_SECONDS: f64 = 300.0;
+pub(super) const MAX_TIMEOUT_SECONDS: f64 = 300.0;
 const MAX_CONCURRENCY_LIMIT: i64 = 10_000;
 /// A JSON Schema is sent to main_server and the model with every
 /// registration; a megabyte is far past any sensible one.
@@ -90,7 +95,7 @@ pub fn parse_manifest(path: &Path, text: &str, ctx: &LoadContext) -> ManifestFil
             Diagnostic::error(
                 path,
                 None,
-                "the manifest is empty: declare at least one tool with a [[tool]] table",
+                "the manifest is empty: declare at least one tool with a [[tool]] table, or an MCP server with an [[mcp_server]] table",
             ),
         );
     }
@@ -100,47 +105,26 @@ pub fn parse_manifest(path: &Path, text: &str, ctx: &LoadContext) -> ManifestFil
     };
     let base = path.parent().unwrap_or(Path::new("."));
     let mut top = TableReader::new(&src, doc.get_ref(), 0..0, "the manifest", &mut diags);
-    top.deny_unknown(&["tool"]);
+    top.deny_unknown(&["tool", "mcp_server"]);
     let mut tools = Vec::new();
-    match top.get("tool") {
-        None => top.missing("tool", "declare each tool in a [[tool]] table"),
-        Some(item) => match item.get_ref() {
-            DeValue::Array(arr) => {
-                for el in arr.iter() {
-                    match el.get_ref() {
-                        DeValue::Table(t) => {
-                            if let Some(spec) = read_tool(&src, t, el.span(), base, ctx, top.diags)
-                            {
-                                tools.push(spec);
-                            }
-                        }
-                        other => {
-                            let msg =
-                                format!("each `tool` must be a table, found {}", type_name(other));
-                            top.error(&el.span(), msg);
-                        }
-                    }
-                }
-                if arr.is_empty() {
-                    top.error(
-                        &item.span(),
-                        "`tool` is empty: declare at least one tool with a [[tool]] table",
-                    );
-                }
-            }
-            DeValue::Table(_) => top.error(
-                &item.span(),
-                "`tool` is a single table: write [[tool]] (double brackets), one per tool",
-            ),
-            other => {
-                let msg = format!(
-                    "`tool` must be an array of [[tool]] tables, found {}",
-                    type_name(other)
-                );
-                top.error(&item.span(), msg);
+    let mut mcp_servers = Vec::new();
+    let has_servers = top.get("mcp_server").is_some();
+    each_table(&mut top, "tool", "tool", !has_servers, |t, span, diags| {
+        if let Some(spec) = read_tool(&src, t, span, base, ctx, diags) {
+            tools.push(spec);
+        }
+    });
+    each_table(
+        &mut top,
+        "mcp_server",
+        "MCP server",
+        false,
+        |t, span, diags| {
+            if let Some(spec) = super::mcp::read_mcp_server(&src, t, span, base, ctx, diags) {
+                mcp_servers.push(spec);
             }
         },
-    }
+    );
     // Report in reading order, whatever order the checks ran in. The sort is
     // stable, and diagnostics of other files (schema files) keep their place.
     diags.sort_by_key(|d| if d.path == path { d.position } else { d.anchor });
@@ -148,7 +132,59 @@ pub fn parse_manifest(path: &Path, text: &str, ctx: &LoadContext) -> ManifestFil
     ManifestFile {
         path: path.to_path_buf(),
         tools: if has_errors { Vec::new() } else { tools },
+        mcp_servers: if has_errors { Vec::new() } else { mcp_servers },
         diagnostics: diags,
+    }
+}
+
+/// Reads each table of the array of tables `key` (`[[tool]]`,
+/// `[[mcp_server]]`) with `read`; `required`: its absence is an error.
+fn each_table<'a, 'i>(
+    top: &mut TableReader<'a, 'i>,
+    key: &str,
+    what: &str,
+    required: bool,
+    mut read: impl FnMut(&'a DeTable<'i>, Range<usize>, &mut Vec<Diagnostic>),
+) {
+    let Some(item) = top.get(key) else {
+        if required {
+            top.missing(
+                key,
+                "declare each tool in a [[tool]] table, or an MCP server whose tools to offer in an [[mcp_server]] table",
+            );
+        }
+        return;
+    };
+    match item.get_ref() {
+        DeValue::Array(arr) => {
+            for el in arr.iter() {
+                match el.get_ref() {
+                    DeValue::Table(t) => read(t, el.span(), top.diags),
+                    other => {
+                        let msg =
+                            format!("each `{key}` must be a table, found {}", type_name(other));
+                        top.error(&el.span(), msg);
+                    }
+                }
+            }
+            if arr.is_empty() {
+                top.error(
+                    &item.span(),
+                    format!("`{key}` is empty: declare at least one {what} with a [[{key}]] table"),
+                );
+            }
+        }
+        DeValue::Table(_) => top.error(
+            &item.span(),
+            format!("`{key}` is a single table: write [[{key}]] (double brackets), one per {what}"),
+        ),
+        other => {
+            let msg = format!(
+                "`{key}` must be an array of [[{key}]] tables, found {}",
+                type_name(other)
+            );
+            top.error(&item.span(), msg);
+        }
     }
 }
 
@@ -212,33 +248,8 @@ fn read_tool(
 
     let parameters = read_parameters(&mut r, base);
 
-    let timeout_seconds = match r.number("timeout_seconds") {
-        Some((t, sp)) if t <= 0.0 || t > MAX_TIMEOUT_SECONDS => {
-            let msg = format!(
-                "`timeout_seconds` of {} is {t}: allowed values are greater than 0 and at most 300 (main_server's limit); work that takes longer should answer at once and report back another way",
-                r.what
-            );
-            r.error(&sp, msg);
-            None
-        }
-        Some((t, _)) => Some(t),
-        None if r.get("timeout_seconds").is_some() => None,
-        None => Some(30.0),
-    };
-
-    let role = match r.string("role") {
-        Some((s, sp)) if s.is_empty() => {
-            let msg = format!(
-                "`role` of {} is the empty string: omit the key to offer the tool to every role",
-                r.what
-            );
-            r.error(&sp, msg);
-            None
-        }
-        Some((s, _)) => Some(Some(s)),
-        None if r.get("role").is_some() => None,
-        None => Some(None),
-    };
+    let timeout_seconds = read_timeout(&mut r);
+    let role = read_role(&mut r);
 
     let handler = match r.table("handler") {
         Some((t, sp)) => read_handler(src, t, sp, base, ctx, &r.what.clone(), r.diags),
@@ -254,18 +265,7 @@ fn read_tool(
     };
 
     let validate_arguments = r.boolean("validate_arguments").is_none_or(|(b, _)| b);
-    let max_concurrency = match r.integer("max_concurrency") {
-        Some((n, sp)) if !(1..=MAX_CONCURRENCY_LIMIT).contains(&n) => {
-            let msg = format!(
-                "`max_concurrency` of {} is {n}: allowed values are 1 to {MAX_CONCURRENCY_LIMIT} (omit it for no limit)",
-                r.what
-            );
-            r.error(&sp, msg);
-            None
-        }
-        Some((n, _)) => NonZeroUsize::new(n as usize),
-        None => None,
-    };
+    let max_concurrency = read_max_concurrency(&mut r);
 
     let errors_after = r.diags.iter().filter(|d| d.is_error()).count();
     if errors_after > errors_before {
@@ -290,6 +290,56 @@ fn read_tool(
     })
 }
 
+/// `timeout_seconds` (default 30): in (0, 300]; `None` after an error.
+pub(super) fn read_timeout(r: &mut TableReader<'_, '_>) -> Option<f64> {
+    match r.number("timeout_seconds") {
+        Some((t, sp)) if t <= 0.0 || t > MAX_TIMEOUT_SECONDS => {
+            let msg = format!(
+                "`timeout_seconds` of {} is {t}: allowed values are greater than 0 and at most 300 (main_server's limit); work that takes longer should answer at once and report back another way",
+                r.what
+            );
+            r.error(&sp, msg);
+            None
+        }
+        Some((t, _)) => Some(t),
+        None if r.get("timeout_seconds").is_some() => None,
+        None => Some(30.0),
+    }
+}
+
+/// `role`: `Some(None)` when absent (every role); `None` after an error.
+pub(super) fn read_role(r: &mut TableReader<'_, '_>) -> Option<Option<String>> {
+    match r.string("role") {
+        Some((s, sp)) if s.is_empty() => {
+            let msg = format!(
+                "`role` of {} is the empty string: omit the key to offer the tool to every role",
+                r.what
+            );
+            r.error(&sp, msg);
+            None
+        }
+        Some((s, _)) => Some(Some(s)),
+        None if r.get("role").is_some() => None,
+        None => Some(None),
+    }
+}
+
+/// `max_concurrency`: 1 to 10,000, absent for no limit.
+pub(super) fn read_max_concurrency(r: &mut TableReader<'_, '_>) -> Option<NonZeroUsize> {
+    match r.integer("max_concurrency") {
+        Some((n, sp)) if !(1..=MAX_CONCURRENCY_LIMIT).contains(&n) => {
+            let msg = format!(
+                "`max_concurrency` of {} is {n}: allowed values are 1 to {MAX_CONCURRENCY_LIMIT} (omit it for no limit)",
+                r.what
+            );
+            r.error(&sp, msg);
+            None
+        }
+        Some((n, _)) => NonZeroUsize::new(n as usize),
+        None => None,
+    }
+}
+
 /// `[A-Za-z0-9_.\-]{1,64}`: the SDK's rule, since names go into URL paths;
 /// but not `.` or `..`, which URL clients resolve away (RFC 3986 dot
 /// segments): `/cb/TOKEN/..` is sent as `/cb/`.
@@ -299,7 +349,7 @@ pub fn valid_name(n: &str) -> bool {
 
 /// What is wrong with tool name `n`, for the error message; `None` if
 /// nothing is.
-fn name_problem(n: &str) -> Option<String> {
+pub(super) fn name_problem(n: &str) -> Option<String> {
     if n == "." || n == ".." {
         return Some(format!(
             "HTTP clients resolve a path segment \"{n}\" away (RFC 3986 dot segments), so main_server could never reach its callback URL; add a letter or digit"
@@ -558,7 +608,7 @@ fn read_exec(r: &mut TableReader<'_, '_>, base: &Path) -> Option<ExecHandler> {
 
 /// The argv, with a relative program path resolved against `cwd` (when
 /// `cwd` is good) and made absolute for spawning.
-fn read_command(r: &mut TableReader<'_, '_>, cwd: Option<&Path>) -> Option<Vec<String>> {
+pub(super) fn read_command(r: &mut TableReader<'_, '_>, cwd: Option<&Path>) -> Option<Vec<String>> {
     let Some((command, sp)) = r.string_array("command") else {
         if r.get("command").is_none() {
             r.missing(
@@ -618,7 +668,7 @@ fn read_command(r: &mut TableReader<'_, '_>, cwd: Option<&Path>) -> Option<Vec<S
     Some(argv)
 }
 
-fn read_env(r: &mut TableReader<'_, '_>) -> Option<BTreeMap<String, String>> {
+pub(super) fn read_env(r: &mut TableReader<'_, '_>) -> Option<BTreeMap<String, String>> {
     let mut env = BTreeMap::new();
     let Some((t, _)) = r.table("env") else {
         return if r.get("env").is_some() {

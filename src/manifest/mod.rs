@@ -6,6 +6,7 @@
 //! `schema` checks JSON Schemas. Nothing here talks to main_server.
 
 mod load;
+mod mcp;
 pub(crate) mod scan;
 pub mod schema;
 
@@ -86,6 +87,16 @@ pub enum Handler {
     Http(HttpHandler),
     /// Run a process per call, callback JSON on stdin, answer on stdout.
     Exec(ExecHandler),
+    /// A tool of an `[[mcp_server]]`: `tools/call` on that server's session.
+    Mcp(McpToolHandler),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpToolHandler {
+    /// The `[[mcp_server]]`'s name.
+    pub server: String,
+    /// The tool's name on the MCP server (without our prefix).
+    pub tool: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,6 +126,84 @@ impl std::fmt::Display for Handler {
                 None => write!(f, "http {}", h.url),
             },
             Handler::Exec(e) => write!(f, "exec {}", e.command.join(" ")),
+            Handler::Mcp(m) => write!(f, "mcp {} tool {}", m.server, m.tool),
+        }
+    }
+}
+
+/// One validated `[[mcp_server]]`: an MCP server whose tools become ours.
+///
+/// `PartialEq` decides whether a reload restarts the server: any change to
+/// how it is reached or what its tools are made into does.
+#[derive(Clone, PartialEq)]
+pub struct McpServerSpec {
+    /// `[A-Za-z0-9_.\-]{1,64}`, unique within one sidecar; for logs, status
+    /// and the default prefix.
+    pub name: String,
+    pub transport: McpTransport,
+    /// Put before each MCP tool's name to make ours (default `name + "_"`).
+    pub prefix: String,
+    /// Only these MCP tool names, when given.
+    pub include: Option<Vec<String>>,
+    /// Never these MCP tool names.
+    pub exclude: Vec<String>,
+    /// As for `[[tool]]`: each tool's registered timeout and our deadline.
+    pub timeout_seconds: f64,
+    pub role: Option<String>,
+    /// At most this many calls at once on this server, across its tools.
+    pub max_concurrency: Option<NonZeroUsize>,
+    pub origin: Origin,
+}
+
+impl McpServerSpec {
+    /// Whether the MCP tool `name` is offered (after include/exclude).
+    pub(crate) fn offers(&self, name: &str) -> bool {
+        self.include
+            .as_ref()
+            .is_none_or(|inc| inc.iter().any(|i| i == name))
+            && !self.exclude.iter().any(|e| e == name)
+    }
+}
+
+/// Secrets (`${VAR}` in `env` and `headers`) never reach a log through
+/// `Debug`: values are left out.
+impl std::fmt::Debug for McpServerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServerSpec")
+            .field("name", &self.name)
+            .field("transport", &format_args!("{}", self.transport))
+            .field("prefix", &self.prefix)
+            .field("origin", &format_args!("{}", self.origin))
+            .finish_non_exhaustive()
+    }
+}
+
+/// How the sidecar reaches an MCP server.
+#[derive(Clone, PartialEq)]
+pub enum McpTransport {
+    /// A child process speaking JSON-RPC on stdin/stdout.
+    Stdio {
+        /// As for an exec handler: a bare name is looked up in PATH, a
+        /// relative path was made absolute against `cwd`.
+        command: Vec<String>,
+        cwd: PathBuf,
+        /// Added to the sidecar's environment, `${VAR}`s expanded.
+        env: BTreeMap<String, String>,
+    },
+    /// Streamable HTTP at `url`, with these headers (`${VAR}`s expanded).
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+    },
+}
+
+impl std::fmt::Display for McpTransport {
+    /// What an operator may see: the command or the URL, never env or
+    /// header values.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            McpTransport::Stdio { command, .. } => write!(f, "stdio {}", command.join(" ")),
+            McpTransport::Http { url, .. } => write!(f, "http {url}"),
         }
     }
 }

@@ -23,7 +23,7 @@ fn desired(tools: &[(&str, Option<&str>, &str)]) -> DesiredState {
     if tools.is_empty() {
         return DesiredState {
             source: SRC.into(),
-            tools: Default::default(),
+            ..DesiredState::default()
         };
     }
     let mut text = String::new();

@@ -30,6 +30,8 @@ pub struct FileReport {
     /// The tools this file contributes to the desired state now: its latest
     /// version's, or its last good version's while in error.
     pub tools: Vec<String>,
+    /// Likewise, the MCP servers it declares.
+    pub mcp_servers: Vec<String>,
     /// The latest version's errors (in error) or warnings.
     pub diagnostics: Vec<Diagnostic>,
 }
@@ -37,7 +39,7 @@ pub struct FileReport {
 impl FileReport {
     /// In error, but an older version's tools are still served.
     pub fn serving_last_good(&self) -> bool {
-        self.health == FileHealth::Error && !self.tools.is_empty()
+        self.health == FileHealth::Error && !(self.tools.is_empty() && self.mcp_servers.is_empty())
     }
 }
 

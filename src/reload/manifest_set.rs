@@ -27,9 +27,9 @@ use std::time::SystemTime;
 use super::content::{self, ContentHash};
 use super::health::{FileHealth, FileReport, ManifestHealth};
 use crate::config::AgentConfig;
-use crate::desired::{DesiredState, declared_twice};
+use crate::desired::{DesiredState, declared_twice, same_spec, same_state, server_declared_twice};
 use crate::diag::{Diagnostic, plural};
-use crate::manifest::{self, LoadContext, ManifestFile, ToolSpec};
+use crate::manifest::{self, LoadContext, ManifestFile, McpServerSpec, ToolSpec};
 
 /// Where manifests come from and how they are judged: the parts of the
 /// agent config that a manifest reload uses.
@@ -73,9 +73,11 @@ struct FileRecord {
     dir: usize,
     /// Of the latest version read; `None` when it could not be read.
     hash: Option<ContentHash>,
-    /// The last good version's tools; empty when there never was one (a
-    /// valid manifest always declares at least one tool).
+    /// The last good version's tools; empty when there never was one.
     good: Vec<ToolSpec>,
+    /// The last good version's MCP servers (a valid manifest declares at
+    /// least one tool or one server).
+    good_mcp: Vec<McpServerSpec>,
     health: FileHealth,
     diagnostics: Vec<Diagnostic>,
     since: SystemTime,
@@ -109,7 +111,7 @@ impl ManifestSet {
     pub fn new(source: ManifestSource) -> Self {
         let desired = Arc::new(DesiredState {
             source: source.source.clone(),
-            tools: BTreeMap::new(),
+            ..DesiredState::default()
         });
         Self {
             source,
@@ -141,6 +143,7 @@ impl ManifestSet {
                 health: r.health,
                 since: r.since,
                 tools: r.good.iter().map(|t| t.name.clone()).collect(),
+                mcp_servers: r.good_mcp.iter().map(|m| m.name.clone()).collect(),
                 diagnostics: r.diagnostics.clone(),
             })
             .collect();
@@ -365,12 +368,37 @@ impl ManifestSet {
                 ));
             }
         }
+        for (i, spec) in c.loaded.mcp_servers.iter().enumerate() {
+            if let Some(first) = c.loaded.mcp_servers[..i]
+                .iter()
+                .find(|m| m.name == spec.name)
+            {
+                diags.push(server_declared_twice(spec, first));
+                continue;
+            }
+            let owner = self
+                .files
+                .iter()
+                .filter(|(p, _)| **p != c.path)
+                .find_map(|(_, r)| r.good_mcp.iter().find(|m| m.name == spec.name));
+            if let Some(owner) = owner {
+                diags.push(Diagnostic::error(
+                    &c.path,
+                    Some(spec.origin.position()),
+                    format!(
+                        "MCP server `{}` is already declared at {}, which keeps it; MCP server names must be unique within one sidecar",
+                        spec.name, owner.origin
+                    ),
+                ));
+            }
+        }
         diags
     }
 
     fn accept(&mut self, c: Candidate, force: bool, now: SystemTime, out: &mut Rescan) {
         let warnings = c.loaded.diagnostics;
         let tools = c.loaded.tools;
+        let good_mcp = c.loaded.mcp_servers;
         let path = c.path;
         let previous = self.files.get(&path);
         let change = match previous {
@@ -380,8 +408,11 @@ impl ManifestSet {
             Some(_) => None,
         };
         if let Some(change) = change {
-            let count = plural(tools.len(), "tool");
-            let what = format!("{}: {change} {count}: {}", path.display(), names(&tools));
+            let what = format!(
+                "{}: {change} {}",
+                path.display(),
+                contents(&tools, &good_mcp)
+            );
             out.notes.push(what);
         }
         if force || previous.is_none_or(|r| r.diagnostics != warnings) {
@@ -397,6 +428,7 @@ impl ManifestSet {
                 dir: c.dir,
                 hash: c.hash,
                 good: tools,
+                good_mcp,
                 health: FileHealth::Ok,
                 diagnostics: warnings,
                 since,
@@ -419,22 +451,22 @@ impl ManifestSet {
         if fresh || force {
             out.problems.extend(diags.iter().cloned());
         }
-        let (good, since) = match previous {
-            Some(r) if !fresh => (r.good, r.since),
-            Some(r) => (r.good, now),
-            None => (Vec::new(), now),
+        let (good, good_mcp, since) = match previous {
+            Some(r) if !fresh => (r.good, r.good_mcp, r.since),
+            Some(r) => (r.good, r.good_mcp, now),
+            None => (Vec::new(), Vec::new(), now),
         };
         if fresh {
-            out.notes.push(if good.is_empty() {
+            out.notes.push(if good.is_empty() && good_mcp.is_empty() {
                 format!(
                     "{}: not used until its errors are fixed (it has no earlier good version)",
                     c.path.display()
                 )
             } else {
                 format!(
-                    "{}: this version is not used; the last good version stays in use with its tools: {}",
+                    "{}: this version is not used; the last good version stays in use with {}",
                     c.path.display(),
-                    names(&good)
+                    contents(&good, &good_mcp)
                 )
             });
         }
@@ -444,6 +476,7 @@ impl ManifestSet {
                 dir: c.dir,
                 hash: c.hash,
                 good,
+                good_mcp,
                 health: FileHealth::Error,
                 diagnostics: diags,
                 since,
@@ -461,6 +494,7 @@ impl ManifestSet {
             .map(|(path, r)| ManifestFile {
                 path: path.clone(),
                 tools: r.good.clone(),
+                mcp_servers: r.good_mcp.clone(),
                 diagnostics: Vec::new(),
             })
             .collect();
@@ -473,31 +507,32 @@ impl ManifestSet {
                 }
             }
         }
+        for (name, server) in next.mcp_servers.iter_mut() {
+            if let Some(old) = self.desired.mcp_servers.get(name) {
+                if old == server {
+                    *server = Arc::clone(old);
+                }
+            }
+        }
         next
     }
 }
 
-/// Every field a consumer uses. The fingerprint covers what main_server
-/// sees; the handler, argument validation, concurrency and origin are local
-/// but must still reach the callback server.
-fn same_spec(a: &ToolSpec, b: &ToolSpec) -> bool {
-    a.name == b.name
-        && a.description == b.description
-        && a.parameters == b.parameters
-        && a.timeout_seconds == b.timeout_seconds
-        && a.role == b.role
-        && a.handler == b.handler
-        && a.validate_arguments == b.validate_arguments
-        && a.max_concurrency == b.max_concurrency
-        && a.origin == b.origin
-}
-
-fn same_state(a: &DesiredState, b: &DesiredState) -> bool {
-    a.source == b.source
-        && a.tools.len() == b.tools.len()
-        && a.tools.iter().zip(&b.tools).all(|((na, ta), (nb, tb))| {
-            na == nb && ta.fingerprint == tb.fingerprint && Arc::ptr_eq(&ta.spec, &tb.spec)
-        })
+/// "2 tools: a, b" and/or "MCP server files", for the file notes.
+fn contents(tools: &[ToolSpec], servers: &[McpServerSpec]) -> String {
+    let mut parts = Vec::new();
+    if !tools.is_empty() || servers.is_empty() {
+        parts.push(format!("{}: {}", plural(tools.len(), "tool"), names(tools)));
+    }
+    if !servers.is_empty() {
+        let list: Vec<&str> = servers.iter().map(|m| m.name.as_str()).collect();
+        parts.push(format!(
+            "{}: {}",
+            plural(servers.len(), "MCP server"),
+            list.join(", ")
+        ));
+    }
+    parts.join("; ")
 }
 
 fn names(tools: &[ToolSpec]) -> String {

@@ -207,6 +207,12 @@ fixtures! {
     exec_bare_program_not_on_path,
     exec_cwd_not_a_directory,
     exec_env_values_must_be_strings,
+    // MCP servers.
+    mcp_server_valid,
+    mcp_server_transport_errors,
+    mcp_server_env_var_unset,
+    mcp_server_fields,
+    mcp_server_duplicate_names,
     // Unknown keys and duplicate names.
     unknown_keys_suggest_the_closest,
     duplicate_names_across_files,

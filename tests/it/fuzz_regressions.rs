@@ -67,6 +67,7 @@ fn an_undesired_name_shared_with_another_source_is_unregistered_only_where_ours(
     let desired = DesiredState {
         source: "plugin:w".into(),
         tools: Default::default(),
+        mcp_servers: Default::default(),
     };
     let p = plan(&desired, Some(&observed), &Memory::new(), &ctx);
     assert_eq!(

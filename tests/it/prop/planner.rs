@@ -163,6 +163,7 @@ fn desired_state(w: &World) -> DesiredState {
         return DesiredState {
             source: SRC.into(),
             tools: Default::default(),
+            mcp_servers: Default::default(),
         };
     }
     let mut text = String::new();

@@ -81,6 +81,7 @@ pub fn desired(tools: &[T]) -> DesiredState {
         return DesiredState {
             source: SOURCE.into(),
             tools: BTreeMap::new(),
+            mcp_servers: Default::default(),
         };
     }
     let text: String = tools

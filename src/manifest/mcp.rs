@@ -1,0 +1,379 @@
+//! Reading one `[[mcp_server]]` table into an `McpServerSpec`, with every
+//! problem located, and the `${VAR}` expansion of its `env` and `headers`.
+//!
+//! `${VAR}` is taken from the sidecar's own environment at load time, so a
+//! secret (a bearer token, an API key) stays out of the manifest; a variable
+//! that is not set is an error of the file, like any other, so the file's
+//! last good version stays in use. Nothing here starts a server.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::Path;
+
+use toml::de::{DeTable, DeValue};
+
+use super::load::{
+    LoadContext, name_problem, read_command, read_max_concurrency, read_role, read_timeout,
+};
+use super::{McpServerSpec, McpTransport, Origin};
+use crate::config::{absolutize, runtime_path};
+use crate::contract::url_host_is_loopback;
+use crate::diag::{Diagnostic, SourceText};
+use crate::tomldoc::{TableReader, type_name};
+
+const KEYS: &[&str] = &[
+    "name",
+    "command",
+    "url",
+    "headers",
+    "env",
+    "cwd",
+    "prefix",
+    "include",
+    "exclude",
+    "timeout_seconds",
+    "role",
+    "max_concurrency",
+];
+
+pub(super) fn read_mcp_server(
+    src: &SourceText<'_>,
+    table: &DeTable<'_>,
+    span: Range<usize>,
+    base: &Path,
+    ctx: &LoadContext,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<McpServerSpec> {
+    let errors_before = diags.iter().filter(|d| d.is_error()).count();
+    let pos = src.position(&span);
+    let mut r = TableReader::new(src, table, span, "this [[mcp_server]]", diags);
+
+    let name = match r.string("name") {
+        Some((n, sp)) => {
+            if let Some(why) = name_problem(&n) {
+                r.error(
+                    &sp,
+                    format!("MCP server name \"{n}\" is not allowed: {why}"),
+                );
+            } else {
+                r.what = format!("MCP server `{n}`");
+            }
+            Some(n)
+        }
+        None => {
+            if r.get("name").is_none() {
+                r.missing(
+                    "name",
+                    "a name of 1 to 64 characters from A-Z a-z 0-9 _ . - (for logs and status, and the default prefix of its tools)",
+                );
+            }
+            None
+        }
+    };
+    r.deny_unknown(KEYS);
+
+    let transport = read_transport(&mut r, base, ctx);
+
+    let prefix = match r.string("prefix") {
+        Some((p, sp)) => {
+            let ok = p
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+            if !ok || p.len() > 63 {
+                let msg = format!(
+                    "`prefix` \"{p}\" of {} is not allowed: use at most 63 characters from A-Z a-z 0-9 _ . - (it starts every tool name, which main_server puts in URL paths)",
+                    r.what
+                );
+                r.error(&sp, msg);
+                None
+            } else {
+                Some(p)
+            }
+        }
+        None if r.get("prefix").is_some() => None,
+        None => name.as_ref().map(|n| format!("{n}_")),
+    };
+    let include = match r.string_array("include") {
+        Some((list, sp)) if list.is_empty() => {
+            let msg = format!(
+                "`include` of {} is empty, which would offer no tool: list the MCP tools to offer, or omit the key to offer them all",
+                r.what
+            );
+            r.error(&sp, msg);
+            None
+        }
+        Some((list, _)) => Some(Some(list.into_iter().map(|(s, _)| s).collect())),
+        None if r.get("include").is_some() => None,
+        None => Some(None),
+    };
+    let exclude = match r.string_array("exclude") {
+        Some((list, _)) => Some(list.into_iter().map(|(s, _)| s).collect()),
+        None if r.get("exclude").is_some() => None,
+        None => Some(Vec::new()),
+    };
+    let timeout_seconds = read_timeout(&mut r);
+    let role = read_role(&mut r);
+    let max_concurrency = read_max_concurrency(&mut r);
+
+    let errors_after = r.diags.iter().filter(|d| d.is_error()).count();
+    if errors_after > errors_before {
+        return None;
+    }
+    Some(McpServerSpec {
+        name: name?,
+        transport: transport?,
+        prefix: prefix?,
+        include: include?,
+        exclude: exclude?,
+        timeout_seconds: timeout_seconds?,
+        role: role?,
+        max_concurrency,
+        origin: Origin {
+            file: src.path.to_path_buf(),
+            line: pos.line,
+            col: pos.col,
+        },
+    })
+}
+
+/// `command` (with `cwd` and `env`) or `url` (with `headers`): exactly one.
+fn read_transport(
+    r: &mut TableReader<'_, '_>,
+    base: &Path,
+    ctx: &LoadContext,
+) -> Option<McpTransport> {
+    let command = r.get("command");
+    let url = r.get("url");
+    match (command, url) {
+        (None, None) => {
+            r.missing(
+                "command",
+                "the argv that starts the server on stdio, e.g. command = [\"python3\", \"server.py\"], or url = \"http://127.0.0.1:8808/mcp\" for a Streamable HTTP server",
+            );
+            None
+        }
+        (Some(_), Some(u)) => {
+            let msg = format!(
+                "{} has both `command` and `url`: keep `command` for a server the sidecar starts, or `url` for one already running",
+                r.what
+            );
+            r.error(&u.span(), msg);
+            None
+        }
+        (Some(_), None) => {
+            if let Some(h) = r.get("headers") {
+                let msg = format!(
+                    "`headers` of {} apply to a `url` server only; for a `command`, pass settings in `env`",
+                    r.what
+                );
+                r.error(&h.span(), msg);
+            }
+            let cwd = match r.string("cwd") {
+                Some((c, sp)) => {
+                    let p = absolutize(base, &c);
+                    if p.is_dir() {
+                        Some(p)
+                    } else {
+                        let msg = format!(
+                            "`cwd` of {} \"{c}\" is not a directory ({})",
+                            r.what,
+                            p.display()
+                        );
+                        r.error(&sp, msg);
+                        None
+                    }
+                }
+                None if r.get("cwd").is_some() => None,
+                None => Some(base.to_path_buf()),
+            };
+            let env = expanded_map(r, "env");
+            let command = read_command(r, cwd.as_deref());
+            Some(McpTransport::Stdio {
+                command: command?,
+                cwd: runtime_path(&cwd?),
+                env: env?,
+            })
+        }
+        (None, Some(_)) => {
+            for key in ["env", "cwd"] {
+                if let Some(item) = r.get(key) {
+                    let msg = format!(
+                        "`{key}` of {} applies to a `command` server only (a `url` server runs on its own)",
+                        r.what
+                    );
+                    r.error(&item.span(), msg);
+                }
+            }
+            let headers = expanded_map(r, "headers");
+            let (url, sp) = r.string("url")?;
+            let parsed = match reqwest::Url::parse(&url) {
+                Ok(u) => u,
+                Err(e) => {
+                    let msg = format!(
+                        "`url` \"{url}\" of {} is not a URL ({e}): expected e.g. \"http://127.0.0.1:8808/mcp\"",
+                        r.what
+                    );
+                    r.error(&sp, msg);
+                    return None;
+                }
+            };
+            if parsed.scheme() != "http" {
+                let msg = format!(
+                    "`url` \"{url}\" of {} has scheme `{}`: only http is allowed (this build has no TLS; MCP servers are reached on this machine)",
+                    r.what,
+                    parsed.scheme()
+                );
+                r.error(&sp, msg);
+                return None;
+            }
+            if !ctx.allow_remote_handlers && !url_host_is_loopback(&parsed) {
+                let msg = format!(
+                    "`url` \"{url}\" of {} is not on loopback: the sidecar would become the off-box proxy that main_server's loopback rule exists to prevent; use 127.0.0.1, ::1 or localhost, or set allow_remote_handlers = true in the agent config",
+                    r.what
+                );
+                r.error(&sp, msg);
+                return None;
+            }
+            Some(McpTransport::Http {
+                url,
+                headers: headers?,
+            })
+        }
+    }
+}
+
+/// A table of strings (`env`, `headers`) with `${VAR}` expanded from the
+/// sidecar's environment; `Some(empty)` when absent.
+fn expanded_map(r: &mut TableReader<'_, '_>, key: &str) -> Option<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    let Some((t, _)) = r.table(key) else {
+        return if r.get(key).is_some() {
+            None
+        } else {
+            Some(out)
+        };
+    };
+    let mut ok = true;
+    for (k, v) in t.iter() {
+        let name = k.get_ref().to_string();
+        let bad = name.is_empty()
+            || name.contains(['=', '\0'])
+            || (key == "headers" && name.contains([':', ' ', '\r', '\n']));
+        if bad {
+            let msg = format!(
+                "{} name \"{name}\" in `{key}` of {} is not allowed: it must be non-empty, with no `=`, `:`, NUL or line break",
+                if key == "env" { "variable" } else { "header" },
+                r.what
+            );
+            r.error(&k.span(), msg);
+            ok = false;
+            continue;
+        }
+        let DeValue::String(text) = v.get_ref() else {
+            let msg = format!(
+                "`{name}` in `{key}` of {} must be a string, found {}",
+                r.what,
+                type_name(v.get_ref())
+            );
+            r.error(&v.span(), msg);
+            ok = false;
+            continue;
+        };
+        match expand(text, |var| std::env::var(var).ok()) {
+            Ok(value) if value.contains(['\0', '\r', '\n']) => {
+                let msg = format!(
+                    "`{name}` in `{key}` of {} holds a NUL or a line break once expanded",
+                    r.what
+                );
+                r.error(&v.span(), msg);
+                ok = false;
+            }
+            Ok(value) => {
+                out.insert(name, value);
+            }
+            Err(why) => {
+                let msg = format!("`{name}` in `{key}` of {}: {why}", r.what);
+                r.error(&v.span(), msg);
+                ok = false;
+            }
+        }
+    }
+    ok.then_some(out)
+}
+
+/// `text` with each `${NAME}` replaced by `lookup(NAME)`; `$$` is a `$`.
+/// A `$` before anything else stays as it is.
+pub(crate) fn expand(
+    text: &str,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(tail) = after.strip_prefix('{') {
+            let Some(end) = tail.find('}') else {
+                return Err(format!(
+                    "`${{` without its closing `}}` in \"{text}\": write ${{NAME}}, or $$ for a literal $"
+                ));
+            };
+            let var = &tail[..end];
+            let good = var
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+                && var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            if !good {
+                return Err(format!(
+                    "`${{{var}}}` is not a variable name: use A-Z a-z 0-9 _, not starting with a digit"
+                ));
+            }
+            match lookup(var) {
+                Some(v) => out.push_str(&v),
+                None => {
+                    return Err(format!(
+                        "the environment variable `{var}` is not set: set it in the sidecar's environment (e.g. Environment= or EnvironmentFile= in its systemd unit), or write $$ for a literal $"
+                    ));
+                }
+            }
+            rest = &tail[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expand;
+
+    fn env(var: &str) -> Option<String> {
+        (var == "TOKEN").then(|| "s3cret".to_string())
+    }
+
+    #[test]
+    fn variables_are_expanded_and_dollars_escaped() {
+        assert_eq!(expand("Bearer ${TOKEN}", env).unwrap(), "Bearer s3cret");
+        assert_eq!(expand("$$5 and $x", env).unwrap(), "$5 and $x");
+        assert_eq!(expand("plain", env).unwrap(), "plain");
+    }
+
+    #[test]
+    fn a_missing_variable_or_a_bad_reference_is_an_error_that_names_it() {
+        let e = expand("Bearer ${NOPE}", env).unwrap_err();
+        assert!(e.contains("`NOPE` is not set"), "{e}");
+        assert!(expand("${TOKEN", env).unwrap_err().contains("closing"));
+        assert!(
+            expand("${9X}", env)
+                .unwrap_err()
+                .contains("not a variable name")
+        );
+    }
+}

@@ -1,0 +1,581 @@
+//! One `[[mcp_server]]` kept connected: start it (or connect to it), do the
+//! handshake, list its tools, list again when they change, notice when it
+//! dies or stops answering and start it again, forever, with the
+//! registration backoff; and, for calls, the live MCP session.
+//!
+//! While the server is down, its last listing stays (its tools stay
+//! registered) and calls get a clear error that says it is restarting. The
+//! backoff starts over only after the server stayed up for `STABLE_UPTIME`,
+//! so a server that dies at every start is not restarted in a tight loop.
+//! It decides nothing about registration: the hub turns listings into tools.
+
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime};
+
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, Implementation,
+    PingRequest, ProtocolVersion, ServerNotification, SubscriptionFilter,
+};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
+use rmcp::{ClientHandler, Peer, RoleClient};
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
+use tokio::sync::{Notify, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::process::{self, ServerProcess};
+use super::tools::{Listed, Rejected};
+use crate::backoff::{BackoffPolicy, Jitter, Retry};
+use crate::manifest::{McpServerSpec, McpTransport};
+
+/// After this long up, a server that dies is restarted after the initial
+/// backoff again, not after the last delay.
+const STABLE_UPTIME: Duration = Duration::from_secs(30);
+/// Between two liveness pings of an idle session.
+const PING_INTERVAL: Duration = Duration::from_secs(30);
+/// A server that answers neither the handshake, a listing nor a ping in
+/// this long is taken as hung, and started again.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
+/// Listed again at least this often when the server gives no time to live,
+/// so a server that changes its tools without saying so is still followed.
+const DEFAULT_RELIST: Duration = Duration::from_secs(300);
+/// The shortest time to live we follow: a server saying "0 ms" must not
+/// make us list in a loop.
+const MIN_RELIST: Duration = Duration::from_secs(1);
+/// Requests in flight at once on one Streamable HTTP session.
+const HTTP_CONCURRENCY: usize = 64;
+
+/// Where a server is in its life, for operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// First start, not ready yet.
+    Starting,
+    /// Handshake done, tools listed: calls go through.
+    Ready,
+    /// Lost (or never reached) and waiting to try again.
+    Restarting,
+    /// Stopped for good (removed from the manifests, or shutdown).
+    Stopped,
+}
+
+/// One server as operators see it (`/status`, `status`, `/metrics`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerStatus {
+    pub name: String,
+    /// "stdio COMMAND" or "http URL"; never env or header values.
+    pub transport: String,
+    pub phase: Phase,
+    /// Failed starts in a row (0 when ready).
+    pub attempt: u32,
+    pub last_error: Option<String>,
+    /// The protocol version negotiated (e.g. "2026-07-28", "2025-11-25").
+    pub protocol: Option<String>,
+    /// Of a stdio server's process, while it runs.
+    pub pid: Option<u32>,
+    /// Times it was started again after being ready.
+    pub restarts: u64,
+    /// The names we offer main_server from its listing.
+    pub tools: Vec<String>,
+    /// Listed tools not offered, each with its reason.
+    pub rejected: Vec<Rejected>,
+    /// Left out by `include`/`exclude`.
+    pub filtered: usize,
+    /// When the last listing arrived.
+    #[serde(skip)]
+    pub listed_at: Option<SystemTime>,
+}
+
+/// Why a call could not be made on the session.
+#[derive(Debug)]
+pub(crate) enum CallError {
+    /// Not connected now (starting, restarting, stopped).
+    Unavailable(String),
+    /// The server answered with a JSON-RPC error.
+    Rpc { code: i32, message: String },
+    /// The server asked for more input, or made a task: things a tool call
+    /// from main_server cannot carry on with.
+    Unsupported(String),
+    /// The session broke during the call.
+    Lost(String),
+}
+
+/// The client side we present to the server: it only hears "your tools
+/// changed" from an older server (a newer one sends that on a
+/// subscription, see `serve`).
+struct Listener {
+    changed: Arc<Notify>,
+}
+
+impl ClientHandler for Listener {
+    fn on_tool_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        self.changed.notify_one();
+        std::future::ready(())
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("neko-sidecar", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}
+
+/// One server's session, shared by its task, the hub and the calls.
+pub(crate) struct Session {
+    pub spec: Arc<McpServerSpec>,
+    status: Mutex<ServerStatus>,
+    /// The last listing; kept while the server is down.
+    listing: Mutex<Option<Arc<Vec<Listed>>>>,
+    /// Present while ready.
+    peer: RwLock<Option<Peer<RoleClient>>>,
+    /// `max_concurrency`, across the server's tools.
+    slots: Option<Semaphore>,
+    /// Calls running now (pings wait while any does).
+    in_flight: std::sync::atomic::AtomicUsize,
+    /// A call saw the session break: reconnect now rather than at the ping.
+    broken: Notify,
+    /// Told when the listing changed (the hub's).
+    hub: Arc<Notify>,
+    stop: CancellationToken,
+    /// By when a stop must be done; set before `stop` is cancelled.
+    stop_by: Mutex<Option<Instant>>,
+}
+
+impl Session {
+    pub(crate) fn new(
+        spec: Arc<McpServerSpec>,
+        listing: Option<Arc<Vec<Listed>>>,
+        hub: Arc<Notify>,
+    ) -> Arc<Self> {
+        let status = ServerStatus {
+            name: spec.name.clone(),
+            transport: spec.transport.to_string(),
+            phase: Phase::Starting,
+            attempt: 0,
+            last_error: None,
+            protocol: None,
+            pid: None,
+            restarts: 0,
+            tools: Vec::new(),
+            rejected: Vec::new(),
+            filtered: 0,
+            listed_at: None,
+        };
+        Arc::new(Self {
+            slots: spec.max_concurrency.map(|n| Semaphore::new(n.get())),
+            spec,
+            status: Mutex::new(status),
+            listing: Mutex::new(listing),
+            peer: RwLock::new(None),
+            in_flight: Default::default(),
+            broken: Notify::new(),
+            hub,
+            stop: CancellationToken::new(),
+            stop_by: Mutex::new(None),
+        })
+    }
+
+    pub(crate) fn status(&self) -> ServerStatus {
+        lock(&self.status).clone()
+    }
+
+    pub(crate) fn listing(&self) -> Option<Arc<Vec<Listed>>> {
+        lock(&self.listing).clone()
+    }
+
+    /// What the hub made of the listing, for operators.
+    pub(crate) fn set_offered(&self, tools: Vec<String>, rejected: Vec<Rejected>, filtered: usize) {
+        let mut s = lock(&self.status);
+        s.tools = tools;
+        s.rejected = rejected;
+        s.filtered = filtered;
+    }
+
+    /// Asks the session to stop by `deadline`; `run` returns when it has.
+    pub(crate) fn stop(&self, deadline: Instant) {
+        *lock(&self.stop_by) = Some(deadline);
+        self.stop.cancel();
+    }
+
+    fn update(&self, f: impl FnOnce(&mut ServerStatus)) {
+        f(&mut lock(&self.status));
+    }
+
+    /// Calls the MCP tool `tool` with `arguments`, the result as JSON on
+    /// the wire. Dropping the future (at the deadline) cancels the request
+    /// on the server (`notifications/cancelled`, rmcp's drop guard).
+    pub(crate) async fn call(
+        &self,
+        tool: &str,
+        arguments: serde_json::Map<String, Json>,
+    ) -> Result<Json, CallError> {
+        let _slot = match &self.slots {
+            Some(s) => Some(s.acquire().await.map_err(|_| self.unavailable())?),
+            None => None,
+        };
+        let peer = self
+            .peer
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or_else(|| self.unavailable())?;
+        let _running = InFlight::enter(&self.in_flight);
+        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        match peer.call_tool_once(params).await {
+            Ok(rmcp::model::CallToolResponse::Complete(result)) => serde_json::to_value(&result)
+                .map_err(|e| CallError::Lost(format!("its answer could not be read: {e}"))),
+            Ok(rmcp::model::CallToolResponse::InputRequired(_)) => Err(CallError::Unsupported(
+                "the tool asked for more input (input_required), which a call from main_server cannot give".into(),
+            )),
+            Ok(_) => Err(CallError::Unsupported(
+                "the tool answered with a task to poll, which a call from main_server cannot wait for".into(),
+            )),
+            Err(rmcp::ServiceError::McpError(e)) => Err(CallError::Rpc {
+                code: e.code.0,
+                message: e.message.to_string(),
+            }),
+            Err(e) => {
+                self.broken.notify_one();
+                Err(CallError::Lost(e.to_string()))
+            }
+        }
+    }
+
+    fn unavailable(&self) -> CallError {
+        let s = self.status();
+        let why = match (s.phase, &s.last_error) {
+            (Phase::Stopped, _) => "is stopped".to_string(),
+            (Phase::Starting, None) => "is starting".to_string(),
+            (_, Some(e)) => format!(
+                "is restarting (attempt {}; last error: {e})",
+                s.attempt.max(1)
+            ),
+            (_, None) => "is restarting".to_string(),
+        };
+        CallError::Unavailable(format!(
+            "the MCP server `{}` {why}; its tools stay registered and answer again once it is back: try again shortly",
+            self.spec.name
+        ))
+    }
+
+    /// The session's life: connect, serve, reconnect, until stopped.
+    pub(crate) async fn run(self: Arc<Self>, policy: BackoffPolicy, jitter: Jitter) {
+        let mut retry = Retry::default();
+        loop {
+            if self.stop.is_cancelled() {
+                break;
+            }
+            let started = Instant::now();
+            let outcome = self.serve_once().await;
+            *self.peer.write().unwrap_or_else(|e| e.into_inner()) = None;
+            let Err(error) = outcome else {
+                break; // stopped
+            };
+            if started.elapsed() >= STABLE_UPTIME {
+                retry.reset();
+            }
+            let delay = retry.failed(&policy, jitter.unit());
+            let attempt = retry.attempt();
+            tracing::warn!(
+                mcp_server = %self.spec.name,
+                attempt,
+                retry_in_ms = delay.as_millis() as u64,
+                "{error}"
+            );
+            self.update(|s| {
+                if s.phase == Phase::Ready {
+                    s.restarts += 1;
+                }
+                s.phase = if s.restarts > 0 {
+                    Phase::Restarting
+                } else {
+                    Phase::Starting
+                };
+                s.attempt = attempt;
+                s.last_error = Some(error);
+                s.pid = None;
+            });
+            tokio::select! {
+                () = self.stop.cancelled() => break,
+                () = tokio::time::sleep(delay) => {}
+            }
+        }
+        self.update(|s| {
+            s.phase = Phase::Stopped;
+            s.pid = None;
+        });
+    }
+
+    /// One connection, from start to loss: `Ok` when stopped, else why it
+    /// ended.
+    async fn serve_once(&self) -> Result<(), String> {
+        let changed = Arc::new(Notify::new());
+        let handler = Listener {
+            changed: changed.clone(),
+        };
+        let lifecycle = ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: None,
+        };
+        let (running, mut process): (RunningService<RoleClient, Listener>, Option<ServerProcess>) =
+            match &self.spec.transport {
+                McpTransport::Stdio { command, cwd, env } => {
+                    let (proc, stdout, stdin) = process::spawn(&self.spec.name, command, cwd, env)
+                        .map_err(|e| format!("cannot start `{}`: {e}", command[0]))?;
+                    let pid = proc.id();
+                    self.update(|s| s.pid = pid);
+                    let handshake = handler.serve_with_lifecycle((stdout, stdin), lifecycle);
+                    match self.answer_in_time(handshake).await {
+                        Some(Ok(r)) => (r, Some(proc)),
+                        Some(Err(e)) => {
+                            let how = proc.stop(Instant::now() + Duration::from_secs(1)).await;
+                            return Err(format!("the handshake failed ({e}); the process {how}"));
+                        }
+                        None => {
+                            proc.stop(self.stop_deadline()).await;
+                            return if self.stop.is_cancelled() {
+                                Ok(())
+                            } else {
+                                Err("no answer to the handshake".into())
+                            };
+                        }
+                    }
+                }
+                McpTransport::Http { url, headers } => {
+                    let transport = http_transport(url, headers)?;
+                    match self
+                        .answer_in_time(handler.serve_with_lifecycle(transport, lifecycle))
+                        .await
+                    {
+                        Some(Ok(r)) => (r, None),
+                        Some(Err(e)) => return Err(format!("cannot connect to {url}: {e}")),
+                        None if self.stop.is_cancelled() => return Ok(()),
+                        None => return Err(format!("no answer to the handshake at {url}")),
+                    }
+                }
+            };
+        let peer = running.peer().clone();
+        let version = peer.peer_info().map(|i| i.protocol_version.clone());
+        let protocol = version.as_ref().map(|v| v.as_str().to_string());
+        let cancel = running.cancellation_token();
+        let mut ended = std::pin::pin!(running.waiting());
+
+        // A 2026-07-28 server sends list changes on a subscription only.
+        let mut subscription = match &version {
+            Some(v) if !v.has_initialize() => peer
+                .listen(SubscriptionFilter::builder().tools_list_changed().build())
+                .await
+                .ok(),
+            _ => None,
+        };
+
+        let mut relist_at = match self.list(&peer).await {
+            Ok(at) => at,
+            Err(e) => {
+                cancel.cancel();
+                self.finish(process.take(), &mut ended).await;
+                return Err(e);
+            }
+        };
+        *self.peer.write().unwrap_or_else(|e| e.into_inner()) = Some(peer.clone());
+        self.update(|s| {
+            s.phase = Phase::Ready;
+            s.attempt = 0;
+            s.last_error = None;
+            s.protocol = protocol.clone();
+        });
+        tracing::info!(
+            mcp_server = %self.spec.name,
+            protocol = protocol.as_deref().unwrap_or("?"),
+            "MCP server ready"
+        );
+        let mut ping_at = Instant::now() + PING_INTERVAL;
+        let why = loop {
+            let next_event = async {
+                match subscription.as_mut() {
+                    Some(sub) => match sub.next().await {
+                        Ok(Some(ServerNotification::ToolListChangedNotification(_))) => true,
+                        Ok(Some(_)) => false,
+                        // The subscription ended: the handler path remains.
+                        _ => std::future::pending().await,
+                    },
+                    None => std::future::pending().await,
+                }
+            };
+            let exited = async {
+                match process.as_mut() {
+                    Some(p) => p.exited().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = self.stop.cancelled() => {
+                    cancel.cancel();
+                    self.finish(process.take(), &mut ended).await;
+                    return Ok(());
+                }
+                how = exited => break format!("the MCP server `{}` {how}", self.spec.name),
+                _ = &mut ended => break format!("the MCP server `{}` closed the session", self.spec.name),
+                () = self.broken.notified() => break format!("the session with the MCP server `{}` broke during a call", self.spec.name),
+                () = changed.notified() => {
+                    if let Err(e) = self.relist(&peer, &mut relist_at).await { break e; }
+                }
+                relevant = next_event => {
+                    if relevant {
+                        if let Err(e) = self.relist(&peer, &mut relist_at).await { break e; }
+                    }
+                }
+                () = tokio::time::sleep_until(relist_at) => {
+                    if let Err(e) = self.relist(&peer, &mut relist_at).await { break e; }
+                }
+                () = tokio::time::sleep_until(ping_at) => {
+                    ping_at = Instant::now() + PING_INTERVAL;
+                    if self.in_flight.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+                        let ping = peer.send_request(ClientRequest::PingRequest(PingRequest::default()));
+                        match tokio::time::timeout(ANSWER_TIMEOUT, ping).await {
+                            Ok(Ok(_)) => {}
+                            Ok(Err(e)) => break format!("the MCP server `{}` failed a ping: {e}", self.spec.name),
+                            Err(_) => break format!("the MCP server `{}` did not answer a ping in {} s", self.spec.name, ANSWER_TIMEOUT.as_secs()),
+                        }
+                    }
+                }
+            }
+        };
+        *self.peer.write().unwrap_or_else(|e| e.into_inner()) = None;
+        cancel.cancel();
+        self.finish(process.take(), &mut ended).await;
+        Err(why)
+    }
+
+    /// Closes the session (stdin closes with it) and stops the process.
+    async fn finish<F: Future>(
+        &self,
+        process: Option<ServerProcess>,
+        ended: &mut std::pin::Pin<&mut F>,
+    ) {
+        let deadline = if self.stop.is_cancelled() {
+            self.stop_deadline()
+        } else {
+            Instant::now() + Duration::from_secs(2)
+        };
+        let _ = tokio::time::timeout_at(deadline, ended.as_mut()).await;
+        if let Some(p) = process {
+            let how = p.stop(deadline).await;
+            tracing::debug!(mcp_server = %self.spec.name, "the process {how}");
+        }
+    }
+
+    fn stop_deadline(&self) -> Instant {
+        lock(&self.stop_by).unwrap_or_else(|| Instant::now() + Duration::from_secs(2))
+    }
+
+    /// Awaits `f` unless the stop comes first or it takes `ANSWER_TIMEOUT`.
+    async fn answer_in_time<F: Future>(&self, f: F) -> Option<F::Output> {
+        tokio::select! {
+            () = self.stop.cancelled() => None,
+            r = tokio::time::timeout(ANSWER_TIMEOUT, f) => r.ok(),
+        }
+    }
+
+    async fn relist(&self, peer: &Peer<RoleClient>, relist_at: &mut Instant) -> Result<(), String> {
+        *relist_at = self.list(peer).await?;
+        Ok(())
+    }
+
+    /// Lists every page, keeps the listing, tells the hub if it changed;
+    /// returns when to list again.
+    async fn list(&self, peer: &Peer<RoleClient>) -> Result<Instant, String> {
+        let merged =
+            match tokio::time::timeout(ANSWER_TIMEOUT, peer.list_all_tools_with_cache_hint()).await
+            {
+                Ok(Ok(m)) => m,
+                Ok(Err(e)) => {
+                    return Err(format!(
+                        "tools/list of the MCP server `{}` failed: {e}",
+                        self.spec.name
+                    ));
+                }
+                Err(_) => {
+                    return Err(format!(
+                        "tools/list of the MCP server `{}` got no answer in {} s",
+                        self.spec.name,
+                        ANSWER_TIMEOUT.as_secs()
+                    ));
+                }
+            };
+        let listing: Vec<Listed> = merged
+            .items
+            .iter()
+            .filter_map(|t| serde_json::to_value(t).ok())
+            .filter_map(|v| Listed::from_wire(&v))
+            .collect();
+        let ttl = merged
+            .ttl_ms
+            .map_or(DEFAULT_RELIST, Duration::from_millis)
+            .clamp(MIN_RELIST, DEFAULT_RELIST);
+        let changed = {
+            let mut cur = lock(&self.listing);
+            let changed = cur.as_deref() != Some(&listing);
+            if changed {
+                *cur = Some(Arc::new(listing));
+            }
+            changed
+        };
+        self.update(|s| s.listed_at = Some(SystemTime::now()));
+        if changed {
+            self.hub.notify_one();
+        }
+        Ok(Instant::now() + ttl)
+    }
+}
+
+/// Counts a call in flight for as long as it lives.
+struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn enter(n: &'a std::sync::atomic::AtomicUsize) -> Self {
+        n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self(n)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+fn http_transport(
+    url: &str,
+    headers: &std::collections::BTreeMap<String, String>,
+) -> Result<rmcp::transport::StreamableHttpClientTransport<reqwest::Client>, String> {
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let mut map = std::collections::HashMap::new();
+    for (k, v) in headers {
+        let name = http::HeaderName::try_from(k.as_str())
+            .map_err(|e| format!("header `{k}` is not a header name: {e}"))?;
+        let value = http::HeaderValue::try_from(v.as_str())
+            .map_err(|e| format!("the value of header `{k}` is not allowed: {e}"))?;
+        map.insert(name, value);
+    }
+    // Loopback only, no proxies, no TLS: as the http handler's client.
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    let config = StreamableHttpClientTransportConfig::with_uri(url)
+        .custom_headers(map)
+        .max_concurrent_requests(HTTP_CONCURRENCY);
+    Ok(rmcp::transport::StreamableHttpClientTransport::with_client(
+        client, config,
+    ))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
