@@ -22,15 +22,21 @@ pub enum LogFormat {
 /// Installs the global subscriber. Call once, from the binary. A second
 /// call (as in tests that start several daemons in one process) is a no-op.
 pub fn init(format: LogFormat, config_level: &str, flag_level: Option<&str>) {
-    let filter = flag_level
-        .and_then(parse_filter)
-        .or_else(|| {
-            std::env::var("RUST_LOG")
-                .ok()
-                .and_then(|v| parse_filter(&v))
-        })
-        .or_else(|| parse_filter(config_level))
-        .unwrap_or_else(|| EnvFilter::new("info"));
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let chosen = [flag_level, rust_log.as_deref(), Some(config_level)]
+        .into_iter()
+        .flatten()
+        .find(|d| parse_filter(d).is_some())
+        .unwrap_or("info");
+    // rmcp narrates every session at info ("Service initialized", each
+    // notification); our own lines say what an operator needs. Its
+    // warnings stay, and a filter that names rmcp decides for itself.
+    let filter = if chosen.contains("rmcp") {
+        parse_filter(chosen)
+    } else {
+        parse_filter(&format!("{chosen},rmcp=warn"))
+    }
+    .unwrap_or_else(|| EnvFilter::new("info,rmcp=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

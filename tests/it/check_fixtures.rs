@@ -369,16 +369,21 @@ fn program_position(manifest: &Path, program: &str) -> String {
 }
 
 /// The example config of the repository, with the example manifests, checks
-/// clean: 4 tools in 4 files. Its exec handlers use python3, node and sh by
+/// clean: 4 tools and 1 MCP server in 5 files. Its exec handlers use python3, node and sh by
 /// bare name; each one missing from `path` is a warning (not an error).
 fn expected_example_output(path: &std::ffi::OsStr) -> (String, usize) {
     let root = repo();
     let mut out = String::new();
     let mut warnings = 0;
-    for (file, program, tool) in [
-        ("convert_units.toml", "python3", "convert_units"),
-        ("dice.toml", "node", "roll_dice"),
-        ("shell.toml", "sh", "disk_usage"),
+    for (file, program, what) in [
+        (
+            "convert_units.toml",
+            "python3",
+            "the handler of tool `convert_units`",
+        ),
+        ("dice.toml", "node", "the handler of tool `roll_dice`"),
+        ("shell.toml", "sh", "the handler of tool `disk_usage`"),
+        ("weather_mcp.toml", "python3", "MCP server `weather_mcp`"),
     ] {
         if on_path(program, path) {
             continue;
@@ -387,16 +392,19 @@ fn expected_example_output(path: &std::ffi::OsStr) -> (String, usize) {
         let rel = format!("examples/tools/{file}");
         let _ = writeln!(
             out,
-            "{rel}:{}: warning: the program `{program}` of the handler of tool `{tool}` is not on PATH: calls of this tool will fail until it is installed",
+            "{rel}:{}: warning: the program `{program}` of {what} is not on PATH: calls of this tool will fail until it is installed",
             program_position(&root.join(&rel), program)
         );
     }
     out.push_str("source tag \"plugin:neko-sidecar-examples\": it marks this sidecar's registrations, so no other sidecar may use it\n");
     match warnings {
-        0 => out.push_str("4 tools in 4 files: ok\n"),
-        1 => out.push_str("4 tools in 4 files: ok (1 warning)\n"),
+        0 => out.push_str("4 tools and 1 MCP server in 5 files: ok\n"),
+        1 => out.push_str("4 tools and 1 MCP server in 5 files: ok (1 warning)\n"),
         n => {
-            let _ = writeln!(out, "4 tools in 4 files: ok ({n} warnings)");
+            let _ = writeln!(
+                out,
+                "4 tools and 1 MCP server in 5 files: ok ({n} warnings)"
+            );
         }
     }
     (out, warnings)
@@ -411,14 +419,14 @@ fn example_config_checks_ok() {
     assert_output("agent.toml.example with this PATH", &out, &expected, 0);
 }
 
-/// The same with an empty PATH: every interpreter is missing, which is three
+/// The same with an empty PATH: every interpreter is missing, which is four
 /// warnings and still exit 0.
 #[test]
 fn example_config_warns_for_each_missing_interpreter() {
     let root = repo();
     let empty = tempfile::tempdir().unwrap();
     let (expected, warnings) = expected_example_output(empty.path().as_os_str());
-    assert_eq!(warnings, 3);
+    assert_eq!(warnings, 4);
     let out = run_check(
         root,
         &["--config", "agent.toml.example"],
