@@ -12,10 +12,12 @@
 //! HTTP (`serve_http`); this module never frames a message itself.
 //!
 //! Map: the catalogue and paging in `tools` (pure), the stateless tools in
-//! `calls`, the `ServerHandler` and the shared state in `handler`.
+//! `calls`, the `ServerHandler` and the shared state in `handler`, the
+//! subcommand in `run`.
 
 mod calls;
 mod handler;
+mod run;
 #[cfg(test)]
 mod tests;
 mod tools;
@@ -35,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use calls::RPC_ERROR_MESSAGE;
 pub use handler::{DevMcp, Stats};
+pub(crate) use run::run_cli;
 pub use tools::{BAD_SCHEMA_TOOL, EXTRA_TOOL, LONG_TOOL_NAME};
 
 /// The path Streamable HTTP is served at.
