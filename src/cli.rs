@@ -5,6 +5,7 @@
 //! owns it.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -29,6 +30,9 @@ pub enum Command {
     Check(CheckArgs),
     /// Run the stand-in main_server (the tool API of N.E.K.O) for development and tests.
     DevServer(DevServerArgs),
+    /// Run the stand-in MCP server (on stdio, or Streamable HTTP with --http)
+    /// for development and tests.
+    DevMcp(DevMcpArgs),
     /// Run the sidecar: keep the manifests' tools registered and serve their calls.
     Run(RunArgs),
     /// Show the whole idea end to end: stand-in main_server, example tools, sidecar.
@@ -122,4 +126,25 @@ pub struct DevServerArgs {
     /// Comma-separated role (character) names the stand-in serves.
     #[arg(long, value_delimiter = ',', default_value = "小八,Lanlan")]
     pub roles: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DevMcpArgs {
+    /// Serve Streamable HTTP at http://ADDR/mcp instead of stdio, and print
+    /// that URL on stdout once bound (port 0 picks a free port).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
+    /// List tools in pages of at most N, with a cursor to the next page.
+    #[arg(long, value_name = "N")]
+    pub page_size: Option<NonZeroUsize>,
+    /// Behave as a server of the 2025-11-25 generation: answer
+    /// server/discover with method-not-found, so clients use initialize.
+    #[arg(long)]
+    pub legacy: bool,
+    /// Also list a tool whose name is 60 characters long.
+    #[arg(long)]
+    pub long_name: bool,
+    /// Also list a tool whose input schema is not valid JSON Schema.
+    #[arg(long)]
+    pub bad_schema: bool,
 }

@@ -15,10 +15,12 @@ use std::process::ExitCode;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{CallArgs, CheckArgs, Cli, Command, DemoArgs, DevServerArgs, StatusArgs};
+use crate::cli::{
+    CallArgs, CheckArgs, Cli, Command, DemoArgs, DevMcpArgs, DevServerArgs, StatusArgs,
+};
 use crate::config::AgentConfig;
 use crate::logging::LogFormat;
-use crate::{admin, check, config, daemon, demo, devserver, diag, systemd};
+use crate::{admin, check, config, daemon, demo, devmcp, devserver, diag, systemd};
 
 /// Exit status for an invalid config (sysexits' EX_CONFIG); the systemd
 /// unit does not restart on it.
@@ -54,6 +56,7 @@ enum Prepared {
     Status(StatusArgs),
     Call(CallArgs),
     DevServer(DevServerArgs),
+    DevMcp(DevMcpArgs),
 }
 
 impl Invocation {
@@ -66,6 +69,9 @@ impl Invocation {
             Command::Status(args) => (Prepared::Status(args), None),
             Command::Call(args) => (Prepared::Call(args), None),
             Command::DevServer(args) => (Prepared::DevServer(args), Some(text_log("info", None))),
+            // Warnings only: its stderr ends up in the sidecar's log, line by
+            // line, and rmcp logs every message at info.
+            Command::DevMcp(args) => (Prepared::DevMcp(args), Some(text_log("warn", None))),
             Command::Demo(args) => {
                 let level = if args.verbose { "info" } else { "warn" };
                 let log = text_log(level, Some(level));
@@ -176,6 +182,10 @@ impl Invocation {
             }
             Prepared::DevServer(args) => block_on(async move {
                 devserver::run_cli(args).await?;
+                Ok(())
+            }),
+            Prepared::DevMcp(args) => block_on(async move {
+                devmcp::run_cli(args).await?;
                 Ok(())
             }),
         }

@@ -17,6 +17,7 @@ pub mod contract;
 pub mod daemon;
 pub(crate) mod demo;
 pub mod desired;
+pub mod devmcp;
 pub mod devserver;
 pub mod diag;
 pub(crate) mod duration;

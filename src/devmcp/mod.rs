@@ -1,0 +1,198 @@
+//! The stand-in MCP server: what the sidecar's tests and the demo run as an
+//! MCP server, and what plugin authors can try the MCP handler with
+//! (`neko-sidecar dev-mcp`). Its tools exercise every kind of answer (text,
+//! structured, images, audio, resource links and embedded resources, tool
+//! errors, JSON-RPC errors, a call that never ends) and the protocol's moving
+//! parts: paged `tools/list`, `list_changed`, cancellation, and both
+//! lifecycles (2026-07-28 `server/discover`, or with `legacy` a server of the
+//! 2025-11-25 generation that only knows `initialize`).
+//!
+//! It is built on rmcp's server side: rmcp frames JSON-RPC and runs the
+//! lifecycle on stdio (`serve_stdio`, `DevMcp::serve_io`) or Streamable
+//! HTTP (`serve_http`); this module never frames a message itself.
+//!
+//! Map: the catalogue and paging in `tools` (pure), the stateless tools in
+//! `calls`, the `ServerHandler` and the shared state in `handler`, the
+//! subcommand in `run`.
+
+mod calls;
+mod handler;
+mod run;
+#[cfg(test)]
+mod tests;
+mod tools;
+
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroUsize;
+use std::os::fd::AsFd as _;
+use std::time::Duration;
+
+use rmcp::ServiceExt as _;
+use rmcp::service::ServerInitializeError;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use calls::RPC_ERROR_MESSAGE;
+pub use handler::{DevMcp, Stats};
+pub(crate) use run::run_cli;
+pub use tools::{BAD_SCHEMA_TOOL, EXTRA_TOOL, LONG_TOOL_NAME};
+
+/// The path Streamable HTTP is served at.
+pub const HTTP_PATH: &str = "/mcp";
+
+/// How long `serve_http` lets open connections finish after shutdown
+/// before it returns anyway.
+const HTTP_DRAIN: Duration = Duration::from_secs(5);
+
+/// What the stand-in serves besides its fixed tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DevMcpOptions {
+    /// `tools/list` pages of at most this many tools, with `nextCursor`;
+    /// `None`: one page.
+    pub page_size: Option<NonZeroUsize>,
+    /// Be a server of the 2025-11-25 generation: `server/discover` is
+    /// method-not-found (-32601), so a client falls back to `initialize`.
+    pub legacy: bool,
+    /// Also list [`LONG_TOOL_NAME`] (60 characters).
+    pub long_name: bool,
+    /// Also list [`BAD_SCHEMA_TOOL`], whose input schema is not valid JSON Schema.
+    pub bad_schema: bool,
+}
+
+/// Why serving ended other than by shutdown or the client leaving.
+#[derive(Debug, thiserror::Error)]
+pub enum DevMcpError {
+    #[error("the MCP connection did not start: {0}")]
+    Start(Box<ServerInitializeError>),
+    #[error("the MCP connection failed: {0}")]
+    Session(tokio::task::JoinError),
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot read the listener's local address: {0}")]
+    LocalAddr(std::io::Error),
+    #[error("cannot serve HTTP: {0}")]
+    Http(std::io::Error),
+    #[error("cannot write the URL to stdout: {0}")]
+    Stdout(std::io::Error),
+    #[error("cannot install the signal handlers: {0}")]
+    Signal(std::io::Error),
+}
+
+/// Serves one client on this process's stdin and stdout until it closes
+/// stdin or `shutdown` is cancelled.
+pub async fn serve_stdio(
+    opts: DevMcpOptions,
+    shutdown: CancellationToken,
+) -> Result<(), DevMcpError> {
+    DevMcp::new(opts)
+        .serve_io(stdin(), tokio::io::stdout(), shutdown)
+        .await
+}
+
+/// Serves Streamable HTTP at [`HTTP_PATH`] on `listener` until `shutdown`
+/// is cancelled; the listener is closed when this returns, so the same
+/// port can be bound again.
+pub async fn serve_http(
+    listener: TcpListener,
+    opts: DevMcpOptions,
+    shutdown: CancellationToken,
+) -> Result<(), DevMcpError> {
+    DevMcp::new(opts).serve_http(listener, shutdown).await
+}
+
+impl DevMcp {
+    /// Serves one client over a byte stream pair (a `tokio::io::duplex`
+    /// half, a child's pipes) until it closes or `shutdown` is cancelled.
+    pub async fn serve_io<R, W>(
+        self,
+        read: R,
+        write: W,
+        shutdown: CancellationToken,
+    ) -> Result<(), DevMcpError>
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + Unpin + 'static,
+    {
+        let running = match self.serve_with_ct((read, write), shutdown).await {
+            Ok(running) => running,
+            Err(ServerInitializeError::Cancelled) => return Ok(()),
+            Err(e) => return Err(DevMcpError::Start(Box::new(e))),
+        };
+        running
+            .waiting()
+            .await
+            .map(drop)
+            .map_err(DevMcpError::Session)
+    }
+
+    /// [`serve_http`] with this server, so a test can keep its counters.
+    pub async fn serve_http(
+        self,
+        listener: TcpListener,
+        shutdown: CancellationToken,
+    ) -> Result<(), DevMcpError> {
+        let local = listener.local_addr().map_err(DevMcpError::LocalAddr)?;
+        let config = StreamableHttpServerConfig::default()
+            // Cancelling it ends every session and open stream, so that
+            // axum's graceful shutdown has no connection left to wait for.
+            .with_cancellation_token(shutdown.child_token());
+        let config = match allowed_host(local.ip()) {
+            Some(ip) => config.with_allowed_hosts([
+                "localhost".to_owned(),
+                "127.0.0.1".to_owned(),
+                "::1".to_owned(),
+                ip,
+            ]),
+            // Bound to every interface: clients come by any of its names.
+            None => config.disable_allowed_hosts(),
+        };
+        let server = self;
+        let service: StreamableHttpService<DevMcp, LocalSessionManager> =
+            StreamableHttpService::new(move || Ok(server.clone()), Default::default(), config);
+        let router = axum::Router::new().route_service(HTTP_PATH, service);
+        let serve = axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+        tokio::select! {
+            served = serve => served.map_err(DevMcpError::Http),
+            () = async {
+                shutdown.cancelled().await;
+                tokio::time::sleep(HTTP_DRAIN).await;
+            } => Ok(()),
+        }
+    }
+}
+
+/// The bound address as an allowed `Host`, or `None` for every interface.
+/// rmcp refuses other hosts (DNS rebinding); the loopback names are always
+/// allowed.
+fn allowed_host(ip: IpAddr) -> Option<String> {
+    if ip.is_unspecified() {
+        None
+    } else {
+        Some(ip.to_string())
+    }
+}
+
+/// This process's stdin, readable without a blocked thread when it is a
+/// pipe, as it is under the sidecar. tokio's `stdin()` reads on a blocking
+/// thread that nothing can interrupt, so after SIGTERM the runtime would
+/// wait for the next line before the process could exit; a pipe is
+/// registered with the reactor instead. A terminal or a file keeps
+/// `stdin()`.
+fn stdin() -> Box<dyn AsyncRead + Send + Unpin> {
+    let pipe = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .and_then(|fd| tokio::net::unix::pipe::Receiver::from_owned_fd(fd).ok());
+    match pipe {
+        Some(pipe) => Box::new(pipe),
+        None => Box::new(tokio::io::stdin()),
+    }
+}

@@ -1,0 +1,68 @@
+//! `neko-sidecar dev-mcp`: the stand-in MCP server as a process, on stdio
+//! (what the sidecar spawns) or on Streamable HTTP (`--http ADDR`), until
+//! SIGTERM or SIGINT.
+//!
+//! It says when it is ready: `dev-mcp: ready (pid N)` on stderr, which the
+//! sidecar forwards to its log, and with `--http` the URL alone on stdout,
+//! so that a test can bind port 0 and read where it landed. Stdout carries
+//! nothing else: on stdio it is the protocol.
+
+use std::io::Write as _;
+
+use tokio::net::TcpListener;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+
+use super::{DevMcpError, DevMcpOptions, HTTP_PATH, serve_http, serve_stdio};
+use crate::cli::DevMcpArgs;
+
+pub(crate) async fn run_cli(args: DevMcpArgs) -> Result<(), DevMcpError> {
+    let opts = DevMcpOptions {
+        page_size: args.page_size,
+        legacy: args.legacy,
+        long_name: args.long_name,
+        bad_schema: args.bad_schema,
+    };
+    let shutdown = CancellationToken::new();
+    let signals = cancel_on_signals(shutdown.clone())?;
+    let served = match args.http {
+        None => {
+            ready();
+            serve_stdio(opts, shutdown).await
+        }
+        Some(addr) => {
+            let listener = TcpListener::bind(addr)
+                .await
+                .map_err(|source| DevMcpError::Bind { addr, source })?;
+            let local = listener.local_addr().map_err(DevMcpError::LocalAddr)?;
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "http://{local}{HTTP_PATH}")
+                .and_then(|()| out.flush())
+                .map_err(DevMcpError::Stdout)?;
+            drop(out);
+            ready();
+            serve_http(listener, opts, shutdown).await
+        }
+    };
+    signals.abort();
+    served
+}
+
+fn ready() {
+    eprintln!("dev-mcp: ready (pid {})", std::process::id());
+}
+
+/// SIGTERM and SIGINT cancel `shutdown`.
+fn cancel_on_signals(
+    shutdown: CancellationToken,
+) -> Result<tokio::task::JoinHandle<()>, DevMcpError> {
+    let mut term = signal(SignalKind::terminate()).map_err(DevMcpError::Signal)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(DevMcpError::Signal)?;
+    Ok(tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        shutdown.cancel();
+    }))
+}
