@@ -360,6 +360,11 @@ impl Session {
                 }
             };
         let peer = running.peer().clone();
+        // Every listing is asked for on purpose (a change, a reconnect, its
+        // time to live): rmcp's cache would answer some from memory, and
+        // with the server gone, a stale copy instead of the error.
+        peer.set_response_cache_config(rmcp::service::ClientCacheConfig::disabled())
+            .await;
         let version = peer.peer_info().map(|i| i.protocol_version.clone());
         let protocol = version.as_ref().map(|v| v.as_str().to_string());
         let cancel = running.cancellation_token();
