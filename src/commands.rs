@@ -73,7 +73,14 @@ impl Invocation {
             // line, and rmcp logs every message at info.
             Command::DevMcp(args) => (Prepared::DevMcp(args), Some(text_log("warn", None))),
             Command::Demo(args) => {
-                let level = if args.verbose { "info" } else { "warn" };
+                // rmcp off: the in-process stand-in MCP server's session
+                // ends with the demo, which rmcp reports as an error; the
+                // sidecar's own lines say what happens to its sessions.
+                let level = if args.verbose {
+                    "info,rmcp=off"
+                } else {
+                    "warn,rmcp=off"
+                };
                 let log = text_log(level, Some(level));
                 (Prepared::Demo(args), Some(log))
             }

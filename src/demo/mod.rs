@@ -1,7 +1,8 @@
 //! `neko-sidecar demo`: the whole story in one process, narrated. It starts
-//! the stand-in main_server, the example handlers and the sidecar on free
-//! loopback ports with the example manifests (embedded in the binary), then
-//! shows: the tools registered; the model calling each tool; bad arguments
+//! the stand-in main_server, the example handlers, the stand-in MCP server
+//! (over Streamable HTTP) and the sidecar on free loopback ports with the
+//! example manifests (embedded in the binary) and an `[[mcp_server]]`, then
+//! shows: the tools registered, MCP tools among them; the model calling each tool; bad arguments
 //! answered by validation; a main_server restart repaired; a manifest edit
 //! registered in place; shutdown removing every tool.
 //!
@@ -200,6 +201,29 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
         expected.push((tool.name, role));
         story.say(&format!("{:<14} {}", tool.name, tool.kind));
     }
+    // An MCP server: the stand-in MCP server, in this process over
+    // Streamable HTTP, so the demo needs nothing but this binary.
+    let mcp_listener = free_listener().await?;
+    let mcp_url = format!(
+        "http://{}{}",
+        mcp_listener
+            .local_addr()
+            .map_err(setup("cannot read a port"))?,
+        crate::devmcp::HTTP_PATH
+    );
+    tokio::spawn(crate::devmcp::serve_http(
+        mcp_listener,
+        crate::devmcp::DevMcpOptions::default(),
+        stop_handlers.clone(),
+    ));
+    assets::write(dir, "tools/mcp.toml", &mcp_manifest(&mcp_url))
+        .map_err(setup("cannot write a manifest"))?;
+    for name in MCP_TOOLS {
+        expected.push((name, None));
+        story.say(&format!(
+            "{name:<14} a tool of the MCP server at {mcp_url} ([[mcp_server]], prefix `mcp_`)"
+        ));
+    }
     story.say(&format!("(manifests in {})", dir.join("tools").display()));
 
     // 3. The sidecar.
@@ -289,6 +313,7 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
     if has("disk_usage") {
         calls.push(("disk_usage", json!({}), None));
     }
+    calls.push(("mcp_add", json!({"a": 2, "b": 3}), None));
     for (name, args, role) in calls {
         let answer = call(&stand_in, name, args.clone(), role).await;
         let ok = answer_is_right(name, &answer);
@@ -433,6 +458,23 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
     Ok(())
 }
 
+/// The MCP tools the demo offers (of the stand-in MCP server's many).
+const MCP_TOOLS: [&str; 2] = ["mcp_echo", "mcp_add"];
+
+fn mcp_manifest(url: &str) -> String {
+    format!(
+        r#"# Written by `neko-sidecar demo`: every tool of an MCP server becomes a
+# tool of main_server, named prefix + its MCP name, kept registered.
+[[mcp_server]]
+name = "demo_mcp"
+url = "{url}"
+prefix = "mcp_"
+include = ["echo", "add"]
+timeout_seconds = 10
+"#
+    )
+}
+
 fn agent_toml(main_server: &str, admin_listen: &str) -> String {
     format!(
         r#"# Written by `neko-sidecar demo`.
@@ -500,6 +542,8 @@ fn answer_is_right(name: &str, a: &Json) -> bool {
             .is_some_and(|v| (v - 212.0).abs() < 1e-6),
         "roll_dice" => out["total"].as_i64().is_some_and(|t| (2..=12).contains(&t)),
         "disk_usage" => out.as_str().is_some_and(|s| !s.is_empty()),
+        // The MCP tool's structuredContent, as the model reads it.
+        "mcp_add" => out["sum"].as_f64() == Some(5.0),
         _ => false,
     }
 }

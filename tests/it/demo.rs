@@ -58,12 +58,32 @@ fn the_demo_tells_the_whole_story_and_every_step_holds() {
             assert!(stdout.contains(&format!("skipping {tool}")), "{stdout}");
         }
     }
+    // The stand-in MCP server runs in the demo's process: its two tools
+    // are always there, and the model calls one.
     let registered = &report["steps"][0];
     assert_eq!(registered["step"], "registered");
-    assert_eq!(registered["detail"]["tools"], expected_tools.len());
+    assert_eq!(registered["detail"]["tools"], expected_tools.len() + 2);
+    for (_, names) in registered["detail"]["by_role"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r[0].clone(), r[1].clone()))
+    {
+        let names: Vec<&str> = names
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|n| n.as_str())
+            .collect();
+        assert!(
+            names.contains(&"mcp_add") && names.contains(&"mcp_echo"),
+            "{names:?}"
+        );
+    }
 
     let mut want = vec!["registered".to_string()];
     want.extend(expected_tools.iter().map(|t| format!("call:{t}")));
+    want.push("call:mcp_add".to_string());
     want.extend(
         [
             "failure",
