@@ -368,7 +368,8 @@ impl Session {
         let version = peer.peer_info().map(|i| i.protocol_version.clone());
         let protocol = version.as_ref().map(|v| v.as_str().to_string());
         let cancel = running.cancellation_token();
-        let mut ended = std::pin::pin!(running.waiting());
+        // `None` once it has ended (an ended future must not be polled).
+        let mut ended = Some(Box::pin(running.waiting()));
 
         // A 2026-07-28 server sends list changes on a subscription only.
         let mut subscription = match &version {
@@ -425,7 +426,10 @@ impl Session {
                     return Ok(());
                 }
                 how = exited => break format!("the MCP server `{}` {how}", self.spec.name),
-                _ = &mut ended => break format!("the MCP server `{}` closed the session", self.spec.name),
+                _ = async { if let Some(e) = ended.as_mut() { e.await } else { std::future::pending().await } } => {
+                    ended = None;
+                    break format!("the MCP server `{}` closed the session", self.spec.name);
+                }
                 () = self.broken.notified() => break format!("the session with the MCP server `{}` broke during a call", self.spec.name),
                 () = changed.notified() => {
                     if let Err(e) = self.relist(&peer, &mut relist_at).await { break e; }
@@ -457,18 +461,24 @@ impl Session {
         Err(why)
     }
 
-    /// Closes the session (stdin closes with it) and stops the process.
-    async fn finish<F: Future>(
+    /// Closes the session (stdin closes with it) and stops the process:
+    /// a third of the time left for the session to end, the rest for the
+    /// process (`ServerProcess::stop`).
+    async fn finish<F: Future + Unpin>(
         &self,
         process: Option<ServerProcess>,
-        ended: &mut std::pin::Pin<&mut F>,
+        ended: &mut Option<F>,
     ) {
         let deadline = if self.stop.is_cancelled() {
             self.stop_deadline()
         } else {
             Instant::now() + Duration::from_secs(2)
         };
-        let _ = tokio::time::timeout_at(deadline, ended.as_mut()).await;
+        if let Some(e) = ended.take() {
+            let now = Instant::now();
+            let closed_by = now + deadline.saturating_duration_since(now) / 3;
+            let _ = tokio::time::timeout_at(closed_by, e).await;
+        }
         if let Some(p) = process {
             let how = p.stop(deadline).await;
             tracing::debug!(mcp_server = %self.spec.name, "the process {how}");
@@ -571,6 +581,8 @@ fn http_transport(
     // Loopback only, no proxies, no TLS: as the http handler's client.
     let client = reqwest::Client::builder()
         .no_proxy()
+        // A redirect could lead off loopback, past the manifest's check.
+        .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
     let config = StreamableHttpClientTransportConfig::with_uri(url)
