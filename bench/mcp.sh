@@ -51,7 +51,7 @@ install_mcp_peers() {
 }
 
 # The venv with the SDK: made once, then reused (pip only checks SPEC).
-# Sets PY (its python3), MCP_VERSION and MCP_PROTOCOL.
+# Sets PY (its python3) and MCP_VERSION.
 make_venv() {
     if [ ! -x "$VENV/bin/python3" ]; then
         log "creating the venv $VENV"
@@ -70,9 +70,7 @@ make_venv() {
     MCP_VERSION=$("$PY" -c 'import importlib.metadata as m; print(m.version("mcp"))')
     # The newest revision its initialize handshake negotiates (2.x also has
     # handshake-less revisions, which stdio clients do not use yet).
-    MCP_PROTOCOL=$("$PY" -c 'import mcp_types.version as v; print(v.LATEST_HANDSHAKE_VERSION)' 2>/dev/null ||
-        "$PY" -c 'import mcp.types as t; print(t.LATEST_PROTOCOL_VERSION)')
-    log "mcp $MCP_VERSION (protocol $MCP_PROTOCOL) on $("$PY" -V 2>&1)"
+    log "mcp $MCP_VERSION on $("$PY" -V 2>&1)"
 }
 
 build_sidecar() {
@@ -128,6 +126,11 @@ bench_mcp() {
     start_devserver
     write_agent "$WORK/agent" plugin:bench-mcp
     write_mcp_bench_tools "$WORK/agent/tools.d"
+    # The protocol the sidecar and the SDK agree on, as `check --probe`
+    # (the same client) negotiates it.
+    MCP_PROTOCOL=$("$BIN" check --probe --config "$WORK/agent/agent.toml" 2>/dev/null |
+        sed -n 's/.*, protocol \([0-9-]*\):.*/\1/p' | head -1)
+    log "negotiated protocol: ${MCP_PROTOCOL:-unknown}"
     start_bg sidecar "$BIN" run --config "$WORK/agent/agent.toml"
     SIDECAR_PID=$LAST_PID
     EXEC_URL=$(callback_url weather_exec)
