@@ -579,7 +579,20 @@ fn read_http(r: &mut TableReader<'_, '_>, base: &Path, ctx: &LoadContext) -> Opt
 fn read_exec(r: &mut TableReader<'_, '_>, base: &Path) -> Option<ExecHandler> {
     // Every field is checked before giving up, so one bad field does not
     // hide the next.
-    let cwd = match r.string("cwd") {
+    let cwd = read_cwd(r, base);
+    let env = read_env(r);
+    let command = read_command(r, cwd.as_deref());
+    Some(ExecHandler {
+        command: command?,
+        cwd: runtime_path(&cwd?),
+        env: env?,
+    })
+}
+
+/// `cwd`, made absolute against `base` (the manifest's folder, also the
+/// default); `None` after an error.
+pub(super) fn read_cwd(r: &mut TableReader<'_, '_>, base: &Path) -> Option<PathBuf> {
+    match r.string("cwd") {
         Some((c, sp)) => {
             let p = absolutize(base, &c);
             if p.is_dir() {
@@ -596,14 +609,7 @@ fn read_exec(r: &mut TableReader<'_, '_>, base: &Path) -> Option<ExecHandler> {
         }
         None if r.get("cwd").is_some() => None,
         None => Some(base.to_path_buf()),
-    };
-    let env = read_env(r);
-    let command = read_command(r, cwd.as_deref());
-    Some(ExecHandler {
-        command: command?,
-        cwd: runtime_path(&cwd?),
-        env: env?,
-    })
+    }
 }
 
 /// The argv, with a relative program path resolved against `cwd` (when

@@ -13,10 +13,11 @@ use std::path::Path;
 use toml::de::{DeTable, DeValue};
 
 use super::load::{
-    LoadContext, name_problem, read_command, read_max_concurrency, read_role, read_timeout,
+    LoadContext, name_problem, read_command, read_cwd, read_max_concurrency, read_role,
+    read_timeout,
 };
 use super::{McpServerSpec, McpTransport, Origin};
-use crate::config::{absolutize, runtime_path};
+use crate::config::runtime_path;
 use crate::contract::url_host_is_loopback;
 use crate::diag::{Diagnostic, SourceText};
 use crate::tomldoc::{TableReader, type_name};
@@ -168,24 +169,7 @@ fn read_transport(
                 );
                 r.error(&h.span(), msg);
             }
-            let cwd = match r.string("cwd") {
-                Some((c, sp)) => {
-                    let p = absolutize(base, &c);
-                    if p.is_dir() {
-                        Some(p)
-                    } else {
-                        let msg = format!(
-                            "`cwd` of {} \"{c}\" is not a directory ({})",
-                            r.what,
-                            p.display()
-                        );
-                        r.error(&sp, msg);
-                        None
-                    }
-                }
-                None if r.get("cwd").is_some() => None,
-                None => Some(base.to_path_buf()),
-            };
+            let cwd = read_cwd(r, base);
             let env = expanded_map(r, "env");
             let command = read_command(r, cwd.as_deref());
             Some(McpTransport::Stdio {
