@@ -147,7 +147,7 @@ impl McpServers {
         let mut tools = manifest.tools.clone();
         for session in self.read().values() {
             let Some(listing) = session.listing() else {
-                session.set_offered(Vec::new(), Vec::new(), 0);
+                let _ = session.set_offered(Vec::new(), Vec::new(), 0);
                 continue;
             };
             let offered = tools::offered(&session.spec, &listing, |name| {
@@ -156,11 +156,13 @@ impl McpServers {
                     _ => format!("tool `{name}` declared at {}", t.spec.origin),
                 })
             });
-            for r in &offered.rejected {
-                tracing::warn!(mcp_server = %session.spec.name, tool = %r.name, "not offered: {}", r.reason);
-            }
             let names = offered.tools.iter().map(|t| t.name.clone()).collect();
-            session.set_offered(names, offered.rejected, offered.filtered);
+            let rejected = offered.rejected.clone();
+            if session.set_offered(names, offered.rejected, offered.filtered) {
+                for r in &rejected {
+                    tracing::warn!(mcp_server = %session.spec.name, tool = %r.name, "not offered: {}", r.reason);
+                }
+            }
             for spec in offered.tools {
                 let fingerprint = Fingerprint::of(&spec, &manifest.source);
                 let tool = match previous.tools.get(&spec.name) {

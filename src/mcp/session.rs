@@ -188,12 +188,20 @@ impl Session {
         lock(&self.listing).clone()
     }
 
-    /// What the hub made of the listing, for operators.
-    pub(crate) fn set_offered(&self, tools: Vec<String>, rejected: Vec<Rejected>, filtered: usize) {
+    /// What the hub made of the listing, for operators; whether the
+    /// rejections changed (they are logged once per change).
+    pub(crate) fn set_offered(
+        &self,
+        tools: Vec<String>,
+        rejected: Vec<Rejected>,
+        filtered: usize,
+    ) -> bool {
         let mut s = lock(&self.status);
+        let changed = s.rejected != rejected;
         s.tools = tools;
         s.rejected = rejected;
         s.filtered = filtered;
+        changed
     }
 
     /// Asks the session to stop by `deadline`; `run` returns when it has.
