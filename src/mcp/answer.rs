@@ -19,10 +19,10 @@ use serde_json::{Map, Value as Json, json};
 
 use crate::callback::envelope::Envelope;
 use crate::contract::answer::insert_into_output;
-
-/// main_server looks at the first 2 `images` entries only (CONTRACT.md,
-/// "Images"); a third would be dropped with a warning, so it is described.
-const MAX_IMAGES: usize = 2;
+// main_server looks at the first 2 `images` entries only, each at most
+// 2 MiB of base64 (CONTRACT.md, "Images"): past either cap an image would
+// be dropped with a warning, so it is described instead.
+use crate::contract::images::{MAX_B64_BYTES, MAX_IMAGES};
 
 /// The envelope for a `tools/call` result (`result` as JSON on the wire).
 pub(crate) fn envelope_for(result: &Json) -> Envelope {
@@ -45,16 +45,24 @@ pub(crate) fn envelope_for(result: &Json) -> Envelope {
             Some("image") => {
                 let mime = block.get("mimeType").and_then(Json::as_str).unwrap_or("");
                 let data = block.get("data").and_then(Json::as_str).unwrap_or("");
-                let passable = matches!(mime, "image/png" | "image/jpeg");
-                if passable && images.len() < MAX_IMAGES && !is_error {
-                    images.push(json!({"data_b64": data, "mime": mime}));
+                let why = if !matches!(mime, "image/png" | "image/jpeg") {
+                    Some("main_server takes PNG and JPEG images only")
+                } else if data.len() > MAX_B64_BYTES {
+                    Some("larger than main_server takes (2 MiB of base64)")
+                } else if images.len() >= MAX_IMAGES {
+                    Some("main_server takes at most 2 images per answer")
+                } else if is_error {
+                    Some("a failed call's images are not shown")
                 } else {
-                    let why = if passable {
-                        " not attached: main_server takes at most 2 images per answer"
-                    } else {
-                        " not attached: main_server takes PNG and JPEG images only"
-                    };
-                    notes.push(format!("[image {}, {}{why}]", mime_or(mime), size(data)));
+                    None
+                };
+                match why {
+                    None => images.push(json!({"data_b64": data, "mime": mime})),
+                    Some(why) => notes.push(format!(
+                        "[image {}, {}, not attached: {why}]",
+                        mime_or(mime),
+                        size(data)
+                    )),
                 }
             }
             Some("audio") => {
@@ -214,6 +222,23 @@ mod tests {
         let text = model_text(&e.output);
         assert!(text.contains("at most 2 images"), "{text}");
         assert!(text.contains("PNG and JPEG images only"), "{text}");
+    }
+
+    #[test]
+    fn an_image_past_main_servers_size_cap_is_described_not_attached() {
+        let big = "A".repeat(MAX_B64_BYTES + 4);
+        let e = envelope_for(&json!({"content": [
+            {"type": "image", "data": big, "mimeType": "image/png"},
+            {"type": "image", "data": PNG, "mimeType": "image/png"}]}));
+        assert_eq!(
+            e.images.as_ref().and_then(Json::as_array).map(Vec::len),
+            Some(1)
+        );
+        assert!(
+            model_text(&e.output).contains("2 MiB of base64"),
+            "{:?}",
+            e.output
+        );
     }
 
     #[test]
