@@ -369,6 +369,9 @@ impl Session {
         let protocol = version.as_ref().map(|v| v.as_str().to_string());
         let cancel = running.cancellation_token();
         let mut ended = std::pin::pin!(running.waiting());
+        // Set once `ended` has completed: a finished `async fn` panics if
+        // polled again, so `finish` must then not wait on it.
+        let mut closed = false;
 
         // A 2026-07-28 server sends list changes on a subscription only.
         let mut subscription = match &version {
@@ -383,7 +386,7 @@ impl Session {
             Ok(at) => at,
             Err(e) => {
                 cancel.cancel();
-                self.finish(process.take(), &mut ended).await;
+                self.finish(process.take(), Some(&mut ended)).await;
                 return Err(e);
             }
         };
@@ -421,11 +424,14 @@ impl Session {
             tokio::select! {
                 () = self.stop.cancelled() => {
                     cancel.cancel();
-                    self.finish(process.take(), &mut ended).await;
+                    self.finish(process.take(), Some(&mut ended)).await;
                     return Ok(());
                 }
                 how = exited => break format!("the MCP server `{}` {how}", self.spec.name),
-                _ = &mut ended => break format!("the MCP server `{}` closed the session", self.spec.name),
+                _ = &mut ended => {
+                    closed = true;
+                    break format!("the MCP server `{}` closed the session", self.spec.name);
+                }
                 () = self.broken.notified() => break format!("the session with the MCP server `{}` broke during a call", self.spec.name),
                 () = changed.notified() => {
                     if let Err(e) = self.relist(&peer, &mut relist_at).await { break e; }
@@ -453,22 +459,26 @@ impl Session {
         };
         *self.peer.write().unwrap_or_else(|e| e.into_inner()) = None;
         cancel.cancel();
-        self.finish(process.take(), &mut ended).await;
+        self.finish(process.take(), (!closed).then_some(&mut ended))
+            .await;
         Err(why)
     }
 
     /// Closes the session (stdin closes with it) and stops the process.
+    /// `ended` is the session's end, `None` once it has come.
     async fn finish<F: Future>(
         &self,
         process: Option<ServerProcess>,
-        ended: &mut std::pin::Pin<&mut F>,
+        ended: Option<&mut std::pin::Pin<&mut F>>,
     ) {
         let deadline = if self.stop.is_cancelled() {
             self.stop_deadline()
         } else {
             Instant::now() + Duration::from_secs(2)
         };
-        let _ = tokio::time::timeout_at(deadline, ended.as_mut()).await;
+        if let Some(ended) = ended {
+            let _ = tokio::time::timeout_at(deadline, ended.as_mut()).await;
+        }
         if let Some(p) = process {
             let how = p.stop(deadline).await;
             tracing::debug!(mcp_server = %self.spec.name, "the process {how}");
