@@ -6,6 +6,8 @@
 //! so what is asserted is what the model reads.
 //!
 //! `stdio`: which tools main_server holds (prefix, filters, paging,
-//! list_changed, rejections, both protocol generations, a manifest edit).
+//! list_changed, rejections, both protocol generations, a manifest edit);
+//! `answers`: each kind of result and the deadline.
 
+mod answers;
 mod stdio;
