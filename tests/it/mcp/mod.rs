@@ -7,7 +7,9 @@
 //!
 //! `stdio`: which tools main_server holds (prefix, filters, paging,
 //! list_changed, rejections, both protocol generations, a manifest edit);
-//! `answers`: each kind of result and the deadline.
+//! `answers`: each kind of result and the deadline; `process`: restarts,
+//! signals and the child's environment.
 
 mod answers;
+mod process;
 mod stdio;
