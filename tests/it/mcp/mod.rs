@@ -8,8 +8,10 @@
 //! `stdio`: which tools main_server holds (prefix, filters, paging,
 //! list_changed, rejections, both protocol generations, a manifest edit);
 //! `answers`: each kind of result and the deadline; `process`: restarts,
-//! signals and the child's environment.
+//! signals and the child's environment; `http`: Streamable HTTP and its
+//! outage.
 
 mod answers;
+mod http;
 mod process;
 mod stdio;
