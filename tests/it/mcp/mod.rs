@@ -9,9 +9,11 @@
 //! list_changed, rejections, both protocol generations, a manifest edit);
 //! `answers`: each kind of result and the deadline; `process`: restarts,
 //! signals and the child's environment; `http`: Streamable HTTP and its
-//! outage.
+//! outage; `probe`: `check --probe`; `status`: `/status` and `/metrics`.
 
 mod answers;
 mod http;
+mod probe;
 mod process;
+mod status;
 mod stdio;
