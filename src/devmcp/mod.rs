@@ -119,16 +119,31 @@ impl DevMcp {
         R: AsyncRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + Unpin + 'static,
     {
-        let running = match self.serve_with_ct((read, write), shutdown).await {
+        // The session's own token: cancelling it must not cancel the caller's.
+        let session = shutdown.child_token();
+        let input_closed = CancellationToken::new();
+        let read = CancelAtEof {
+            inner: read,
+            eof: input_closed.clone(),
+        };
+        let running = match self.serve_with_ct((read, write), session.clone()).await {
             Ok(running) => running,
             Err(ServerInitializeError::Cancelled) => return Ok(()),
             Err(e) => return Err(DevMcpError::Start(Box::new(e))),
         };
-        running
-            .waiting()
-            .await
-            .map(drop)
-            .map_err(DevMcpError::Session)
+        // After the end of its input rmcp lets running handlers finish, for
+        // up to 5 s, before it cancels them; an open `subscriptions/listen`
+        // only ends when cancelled, so it would hold the server that long.
+        // The client is gone: cancel them at once.
+        let mut waiting = std::pin::pin!(running.waiting());
+        let ended = tokio::select! {
+            ended = &mut waiting => ended,
+            () = input_closed.cancelled() => {
+                session.cancel();
+                waiting.await
+            }
+        };
+        ended.map(drop).map_err(DevMcpError::Session)
     }
 
     /// [`serve_http`] with this server, so a test can keep its counters.
@@ -165,6 +180,32 @@ impl DevMcp {
                 tokio::time::sleep(HTTP_DRAIN).await;
             } => Ok(()),
         }
+    }
+}
+
+/// A reader that cancels `eof` when its input ends (a read of no bytes
+/// into room for some), so that the end of a stdio client is seen at once.
+struct CancelAtEof<R> {
+    inner: R,
+    eof: CancellationToken,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for CancelAtEof<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let room = buf.remaining();
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, std::task::Poll::Ready(Ok(())))
+            && room > 0
+            && buf.filled().len() == before
+        {
+            self.eof.cancel();
+        }
+        polled
     }
 }
 

@@ -24,6 +24,7 @@ mod demo;
 mod devserver;
 mod engine;
 mod fuzz_regressions;
+mod mcp;
 mod model_reads;
 mod prop;
 mod reload;

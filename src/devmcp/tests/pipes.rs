@@ -278,3 +278,29 @@ async fn a_toggle_reaches_listen_streams_and_initialize_sessions_on_other_connec
     wait_list_changed(&mut old_heard, 1).await;
     s.stop().await;
 }
+
+/// Regression: with a `subscriptions/listen` stream open (what a 2026-07-28
+/// client such as the sidecar keeps), the end of the input did not end the
+/// server: rmcp waits up to 5 s for in-flight handlers after it, and the
+/// listen handler lasts until cancelled. A stdio server must leave when its
+/// client closes stdin (the sidecar otherwise had to SIGTERM it).
+#[tokio::test]
+async fn the_server_leaves_at_the_end_of_its_input_with_a_subscription_open() {
+    let s = over_pipes(DevMcpOptions::default(), auto()).await;
+    let filter = SubscriptionFilter::builder().tools_list_changed().build();
+    let subscription = within("listen", s.client.listen(filter))
+        .await
+        .expect("listen");
+    // The client goes, closing its end of the pipe.
+    within("the client to close", s.client.cancel())
+        .await
+        .expect("the client closes");
+    drop(subscription);
+    let served = tokio::time::timeout(Duration::from_secs(2), s.task)
+        .await
+        .expect(
+            "the server leaves within 2 s of the end of its input, well before rmcp's 5 s drain",
+        )
+        .expect("no panic");
+    assert!(served.is_ok(), "{served:?}");
+}

@@ -5,7 +5,8 @@
 //! makes them). Beside it, one module per kind of rig: `admin` (the daemon
 //! with its admin endpoints), `callback` (the callback server alone),
 //! `chaos`, `daemon` (agent configs, the real binary as a child, the daemon
-//! in-process), `engine` (the registration engine alone), `notify` (a
+//! in-process), `engine` (the registration engine alone), `mcp` (the
+//! daemon with `[[mcp_server]]`s running the stand-in MCP server), `notify` (a
 //! systemd notify socket), `reload` (the reloader alone) and `target` (the
 //! contract's server under test and tiny plugins).
 //!
@@ -17,6 +18,7 @@ pub mod callback;
 pub mod chaos;
 pub mod daemon;
 pub mod engine;
+pub mod mcp;
 pub mod notify;
 pub mod reload;
 pub mod target;
