@@ -77,10 +77,13 @@ build_sidecar() {
     if [ "${BENCH_SKIP_BUILD:-0}" = 1 ]; then
         log "skipping the build (BENCH_SKIP_BUILD=1)"
     else
-        log "building release: neko-sidecar"
+        log "building release: neko-sidecar, then the mcp_direct driver"
         cargo build --release --quiet --bin neko-sidecar
+        CARGO_TARGET_DIR=$ROOT/target cargo build --release --quiet \
+            --manifest-path "$ROOT/bench/drivers/Cargo.toml" --bin mcp_direct
     fi
     [ -x "$BIN" ] || die "$BIN is missing: build first"
+    [ -x "$REL/mcp_direct" ] || die "$REL/mcp_direct is missing: build first"
 }
 
 # The two manifests, in files of their own: a daemon that does not know
@@ -113,6 +116,16 @@ tool_url() {
         sleep 0.05
     done
     return 0
+}
+
+# direct_run C D: the same call straight from an rmcp client to a fresh
+# server, no sidecar (bench/drivers/src/bin/mcp_direct.rs): the floor under
+# the MCP path.
+direct_run() {
+    local line
+    line=$("$REL/mcp_direct" --python "$PY" --script "$SCRIPT" --concurrency "$1" --duration "$2" |
+        grep '^RESULT') || die "mcp_direct gave no RESULT"
+    echo "direct c=$1 ${line#RESULT }" >>"$RAW/mcp.txt"
 }
 
 # output URL TOOL → the `output` of the answer to the benchmark's call.
@@ -159,7 +172,9 @@ bench_mcp() {
             elif [ $((r % 2)) = 1 ]; then
                 wrk_run mcp exec "$EXEC_URL" "$c" "$DUR" weather_exec
                 wrk_run mcp mcp "$MCP_URL" "$c" "$DUR" mcp_get_weather
+                direct_run "$c" "$DUR"
             else
+                direct_run "$c" "$DUR"
                 wrk_run mcp mcp "$MCP_URL" "$c" "$DUR" mcp_get_weather
                 wrk_run mcp exec "$EXEC_URL" "$c" "$DUR" weather_exec
             fi
@@ -183,10 +198,13 @@ $(nproc) cores: (a) exec, \`python3 weather_mcp.py --exec\` run per call;
 $MCP_VERSION, protocol $MCP_PROTOCOL) serving tools/call over stdio. Same
 interpreter ($("$PY" -V 2>&1)), same function. Load: \`wrk\` at concurrency 1
 and 8, ${DUR} s per run, ${ROUNDS} rounds, the two taking turns to go first.
+(c) direct, the same server called straight from an rmcp client over its
+stdio (\`bench/drivers/src/bin/mcp_direct.rs\`), no sidecar: the floor
+under (b), and exec ÷ direct the best ratio any sidecar could reach.
 Figures: medians over rounds; the verdict is the median of the rounds' own
 p50 ratios.
 
-| concurrency | path | p50 µs | p99 µs | req/s | exec p50 ÷ mcp p50, round by round | median | verdict (≥ $P50_RATIO_GOAL) |
+| concurrency | path | p50 µs | p99 µs | req/s | exec p50 ÷ this p50, round by round | median | verdict (≥ $P50_RATIO_GOAL) |
 |---:|---|---:|---:|---:|---|---:|---|
 EOF
     VERDICTS=()
@@ -200,7 +218,10 @@ EOF
         r=$(ratios mcp mcp exec $c p50_us | median)
         v=$(goal_min "$r" "$P50_RATIO_GOAL")
         echo "| $c | mcp | $(metric mcp mcp $c p50_us) | $(metric mcp mcp $c p99_us) | $(calc "$(metric mcp mcp $c rps)" 0) | $(ratios mcp mcp exec $c p50_us | list) | $(calc "$r" 1) | $v |"
-        VERDICTS+=("$([ "$v" = met ] && echo "met     " || echo "NOT MET ") MCP vs exec, concurrency $c: exec p50 ÷ mcp p50 $(calc "$r" 1) (≥ $P50_RATIO_GOAL); req/s mcp ÷ exec $(calc "$(metric mcp mcp $c rps)/$(metric mcp exec $c rps)" 1)")
+        local d
+        d=$(ratios mcp direct exec $c p50_us | median)
+        echo "| $c | direct (no sidecar) | $(metric mcp direct $c p50_us) | $(metric mcp direct $c p99_us) | $(calc "$(metric mcp direct $c rps)" 0) | $(ratios mcp direct exec $c p50_us | list) | $(calc "$d" 1) | (ceiling) |"
+        VERDICTS+=("$([ "$v" = met ] && echo "met     " || echo "NOT MET ") MCP vs exec, concurrency $c: exec p50 ÷ mcp p50 $(calc "$r" 1) (≥ $P50_RATIO_GOAL; without the sidecar $(calc "$d" 1)); req/s mcp ÷ exec $(calc "$(metric mcp mcp $c rps)/$(metric mcp exec $c rps)" 1)")
     done
     echo
 }

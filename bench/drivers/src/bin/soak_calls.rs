@@ -138,9 +138,7 @@ fn sidecar_bin() -> Result<PathBuf> {
         return Ok(PathBuf::from(p));
     }
     let exe = std::env::current_exe()?;
-    let dir = exe
-        .parent()
-        .context("cannot locate the target directory")?;
+    let dir = exe.parent().context("cannot locate the target directory")?;
     let bin = dir.join("neko-sidecar");
     if !bin.exists() {
         bail!(
