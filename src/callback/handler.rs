@@ -148,7 +148,10 @@ pub(crate) async fn run(
             }
         }
         Handler::Exec(h) => exec_handler::call(ctx, h, &call).await,
-        Handler::Mcp(m) => mcp_call(ctx, m, &call).await,
+        // Boxed: an MCP call's future (rmcp's request and its guard) is
+        // several KiB, and unboxed it would size every call's future, the
+        // http calls' too, of which a burst holds thousands at once.
+        Handler::Mcp(m) => Box::pin(mcp_call(ctx, m, &call)).await,
     }
 }
 

@@ -380,11 +380,16 @@ impl Session {
         let mut ended = Some(Box::pin(running.waiting()));
 
         // A 2026-07-28 server sends list changes on a subscription only.
+        // One that does not acknowledge in time is listed at its time to
+        // live instead.
         let mut subscription = match &version {
-            Some(v) if !v.has_initialize() => peer
-                .listen(SubscriptionFilter::builder().tools_list_changed().build())
-                .await
-                .ok(),
+            Some(v) if !v.has_initialize() => {
+                let filter = SubscriptionFilter::builder().tools_list_changed().build();
+                match tokio::time::timeout(ANSWER_TIMEOUT, peer.listen(filter)).await {
+                    Ok(Ok(sub)) => Some(sub),
+                    _ => None,
+                }
+            }
             _ => None,
         };
 

@@ -106,11 +106,19 @@ async fn main() -> Result<(), BoxError> {
         });
     }
     let peak_fds = Arc::new(AtomicUsize::new(0));
+    // RssAnon (heap, stacks) and RssFile (the binary's and libraries'
+    // pages) apart, so a change of the peak can be told: the daemon's own
+    // memory, or a larger executable.
+    let peak_anon = Arc::new(AtomicUsize::new(0));
+    let peak_file = Arc::new(AtomicUsize::new(0));
     let sampling = {
         let peak = peak_fds.clone();
+        let (anon, file) = (peak_anon.clone(), peak_file.clone());
         tokio::spawn(async move {
             loop {
                 peak.fetch_max(open_fds(pid), Ordering::Relaxed);
+                anon.fetch_max(proc_status(pid, "RssAnon").unwrap_or(0) as usize, Ordering::Relaxed);
+                file.fetch_max(proc_status(pid, "RssFile").unwrap_or(0) as usize, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         })
@@ -136,6 +144,8 @@ async fn main() -> Result<(), BoxError> {
     println!("idle_rss_kb={idle_rss}");
     println!("idle_hwm_kb={idle_hwm}");
     println!("peak_hwm_kb={peak_hwm}");
+    println!("peak_anon_kb={}", peak_anon.load(Ordering::Relaxed));
+    println!("peak_file_kb={}", peak_file.load(Ordering::Relaxed));
     println!("idle_fds={idle_fds}");
     println!("peak_fds={}", peak_fds.load(Ordering::Relaxed));
     println!("fds_after={after_fds}");
