@@ -636,6 +636,7 @@ target/release/bench_burst --calls $BURST --slow-ms $SLOW_MS
 | wall time of the burst, against the handler's sleep | ${SLOW_MS} ms | $(calc "$wall" 0) ms | $(calc "$wall/$SLOW_MS") | |
 | per-call latency, median / max | ${SLOW_MS} ms | $(calc "$(kv "$f" per_call_median_ms)" 0) / $(calc "$(kv "$f" per_call_max_ms)" 0) ms | $(calc "$(kv "$f" per_call_median_ms)/$SLOW_MS") | |
 | daemon peak RSS (VmHWM) | $(mib "$idle") MiB idle | $(mib "$peak") MiB | $(calc "$peak/$idle") | $hwm_ok (≤ $BURST_HWM_GOAL_MIB MiB) |
+| of which, at their peaks: RssAnon (heap, stacks) / RssFile (the executable's and libraries' pages) | | $(mib "$(kv "$f" peak_anon_kb)") / $(mib "$(kv "$f" peak_file_kb)") MiB | | |
 | daemon open descriptors | $ifd idle | $pfd peak | $(calc "$pfd/$ifd" 1) | |
 | daemon threads | $(kv "$f" idle_threads) idle | $(kv "$f" threads_after) after | | |
 
