@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 pub use calls::RPC_ERROR_MESSAGE;
 pub use handler::{DevMcp, Stats};
 pub(crate) use run::run_cli;
-pub use tools::{BAD_SCHEMA_TOOL, EXTRA_TOOL, LONG_TOOL_NAME};
+pub use tools::{BAD_SCHEMA_TOOL, EXTRA_TOOL, LONG_TOOL_NAME, TOOLS};
 
 /// The path Streamable HTTP is served at.
 pub const HTTP_PATH: &str = "/mcp";

@@ -21,6 +21,22 @@ pub const LONG_TOOL_NAME: &str = "a_tool_name_that_is_sixty_characters_long_xxxx
 /// The tool `toggle` adds and removes.
 pub const EXTRA_TOOL: &str = "extra";
 
+/// The tools listed without options, in listing order (for tests and the
+/// demo to name them; the catalogue below is checked against it).
+pub const TOOLS: [&str; 11] = [
+    "echo",
+    "add",
+    "image",
+    "images",
+    "mixed",
+    "fail",
+    "rpc_error",
+    "hang",
+    "stats",
+    "pid",
+    "toggle",
+];
+
 /// The tool whose input schema is not a valid JSON Schema (`--bad-schema`).
 pub const BAD_SCHEMA_TOOL: &str = "bad_schema";
 
@@ -222,20 +238,6 @@ mod tests {
         tools.iter().map(|t| t.name.to_string()).collect()
     }
 
-    const FIXED: [&str; 11] = [
-        "echo",
-        "add",
-        "image",
-        "images",
-        "mixed",
-        "fail",
-        "rpc_error",
-        "hang",
-        "stats",
-        "pid",
-        "toggle",
-    ];
-
     #[test]
     fn the_fixed_tools_come_in_order_and_the_optional_ones_after_them() {
         let plain = Catalogue {
@@ -243,13 +245,13 @@ mod tests {
             bad_schema: false,
             extra: false,
         };
-        assert_eq!(names(&plain.tools()), FIXED);
+        assert_eq!(names(&plain.tools()), TOOLS);
         let all = Catalogue {
             long_name: true,
             bad_schema: true,
             extra: true,
         };
-        let mut expected: Vec<&str> = FIXED.to_vec();
+        let mut expected: Vec<&str> = TOOLS.to_vec();
         expected.extend([EXTRA_TOOL, LONG_TOOL_NAME, BAD_SCHEMA_TOOL]);
         assert_eq!(names(&all.tools()), expected);
     }
@@ -316,7 +318,7 @@ mod tests {
         }
         .tools();
         let (items, next) = page(tools, None, None).expect("first page");
-        assert_eq!(items.len(), FIXED.len());
+        assert_eq!(items.len(), TOOLS.len());
         assert_eq!(next, None);
     }
 

@@ -8,7 +8,7 @@ use rmcp::model::{ErrorCode, PaginatedRequestParams, ServerNotification, Subscri
 use serde_json::json;
 
 use super::*;
-use crate::devmcp::{BAD_SCHEMA_TOOL, EXTRA_TOOL, LONG_TOOL_NAME, RPC_ERROR_MESSAGE};
+use crate::devmcp::{BAD_SCHEMA_TOOL, EXTRA_TOOL, LONG_TOOL_NAME, RPC_ERROR_MESSAGE, TOOLS};
 
 #[tokio::test]
 async fn a_modern_client_gets_2026_07_28_through_discover() {
@@ -100,21 +100,8 @@ async fn pages_return_every_tool_once_and_count_as_list_calls() {
             None => break,
         }
     }
-    let expected = [
-        "echo",
-        "add",
-        "image",
-        "images",
-        "mixed",
-        "fail",
-        "rpc_error",
-        "hang",
-        "stats",
-        "pid",
-        "toggle",
-        LONG_TOOL_NAME,
-        BAD_SCHEMA_TOOL,
-    ];
+    let mut expected: Vec<&str> = TOOLS.to_vec();
+    expected.extend([LONG_TOOL_NAME, BAD_SCHEMA_TOOL]);
     assert_eq!(names, expected);
     assert_eq!(pages, 4, "13 tools in pages of 4");
     assert_eq!(s.server.stats().borrow().list_calls, 4);

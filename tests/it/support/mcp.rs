@@ -17,19 +17,7 @@ use super::daemon::{AgentToml, InProcess, our_names};
 use super::{BIN, WAIT, Workspace, call, dev_server, invoke, wait_stand_in, wait_until};
 
 /// The stand-in MCP server's tools without options, in listing order.
-pub const DEV_TOOLS: [&str; 11] = [
-    "echo",
-    "add",
-    "image",
-    "images",
-    "mixed",
-    "fail",
-    "rpc_error",
-    "hang",
-    "stats",
-    "pid",
-    "toggle",
-];
+pub use neko_sidecar::devmcp::TOOLS as DEV_TOOLS;
 
 /// The protocol generation of `initialize` (what `--legacy` speaks).
 pub const LEGACY_PROTOCOL: &str = "2025-11-25";
