@@ -368,10 +368,11 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
         "restored",
         ok && gone,
         &format!(
-            "the sidecar noticed and registered all {} again in {} ms (it polls every {} ms)",
+            "the sidecar noticed and registered all {} again in {} ms (it polls every {} ms), the MCP tools {} among them",
             expected.len(),
             took.as_millis(),
-            POLL.as_millis()
+            POLL.as_millis(),
+            MCP_TOOLS.join(" and ")
         ),
         json!({"ms": took.as_millis() as u64, "poll_ms": POLL.as_millis() as u64}),
     );
