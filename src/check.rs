@@ -192,5 +192,7 @@ pub(crate) async fn probe(desired: &DesiredState) -> (String, bool) {
     (out, ok)
 }
 
-/// How long `check --probe` waits for each server's first listing.
-const PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long `check --probe` waits for each server's first listing: past
+/// the sessions' handshake timeout (120 s, for a first `npx -y` that
+/// downloads its server), so a slow start is reported as what it is.
+const PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(150);

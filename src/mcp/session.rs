@@ -34,9 +34,13 @@ use crate::manifest::{McpServerSpec, McpTransport};
 const STABLE_UPTIME: Duration = Duration::from_secs(30);
 /// Between two liveness pings of an idle session.
 const PING_INTERVAL: Duration = Duration::from_secs(30);
-/// A server that answers neither the handshake, a listing nor a ping in
-/// this long is taken as hung, and started again.
+/// A server that answers neither a listing nor a ping in this long is
+/// taken as hung, and started again.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
+/// The handshake may take longer: a first `npx -y …` downloads the server
+/// before it can answer, and cutting it short would start the download
+/// over at every retry.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Listed again at least this often when the server gives no time to live,
 /// so a server that changes its tools without saying so is still followed.
 const DEFAULT_RELIST: Duration = Duration::from_secs(300);
@@ -502,11 +506,12 @@ impl Session {
         lock(&self.stop_by).unwrap_or_else(|| Instant::now() + Duration::from_secs(2))
     }
 
-    /// Awaits `f` unless the stop comes first or it takes `ANSWER_TIMEOUT`.
+    /// Awaits the handshake `f` unless the stop comes first or it takes
+    /// `HANDSHAKE_TIMEOUT`.
     async fn answer_in_time<F: Future>(&self, f: F) -> Option<F::Output> {
         tokio::select! {
             () = self.stop.cancelled() => None,
-            r = tokio::time::timeout(ANSWER_TIMEOUT, f) => r.ok(),
+            r = tokio::time::timeout(HANDSHAKE_TIMEOUT, f) => r.ok(),
         }
     }
 
