@@ -464,8 +464,9 @@ impl Session {
                     if self.in_flight.load(std::sync::atomic::Ordering::Relaxed) == 0 {
                         let ping = peer.send_request(ClientRequest::PingRequest(PingRequest::default()));
                         match tokio::time::timeout(ANSWER_TIMEOUT, ping).await {
-                            Ok(Ok(_)) => {}
+                            Ok(r) if answered(&r) => {}
                             Ok(Err(e)) => break format!("the MCP server `{}` failed a ping: {e}", self.spec.name),
+                            Ok(Ok(_)) => {}
                             Err(_) => break format!("the MCP server `{}` did not answer a ping in {} s", self.spec.name, ANSWER_TIMEOUT.as_secs()),
                         }
                     }
@@ -567,6 +568,14 @@ impl Session {
     }
 }
 
+/// Whether a ping's outcome shows the server alive: any answer does, an
+/// error answer too, since servers of the 2026-07-28 generation may not
+/// know `ping` (the Python SDK answers -32601, method not found); only a
+/// broken transport does not.
+fn answered<T>(outcome: &Result<T, rmcp::ServiceError>) -> bool {
+    matches!(outcome, Ok(_) | Err(rmcp::ServiceError::McpError(_)))
+}
+
 /// Counts a call in flight for as long as it lives.
 struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
 
@@ -613,4 +622,22 @@ fn http_transport(
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::answered;
+    use rmcp::ServiceError;
+    use rmcp::model::ErrorData;
+
+    #[test]
+    fn a_ping_answered_even_with_an_error_shows_the_server_alive() {
+        let unknown: Result<(), ServiceError> =
+            Err(ServiceError::McpError(ErrorData::method_not_found::<
+                rmcp::model::PingRequestMethod,
+            >()));
+        assert!(answered(&unknown));
+        assert!(answered(&Ok::<(), ServiceError>(())));
+        assert!(!answered(&Err::<(), _>(ServiceError::TransportClosed)));
+    }
 }
