@@ -200,31 +200,20 @@ fn read_tool(
     let pos = src.position(&span);
     let mut r = TableReader::new(src, table, span, "this [[tool]]", diags);
 
-    let name = match r.string("name") {
-        Some((n, sp)) => {
-            if let Some(why) = name_problem(&n) {
-                r.error(&sp, format!("tool name \"{n}\" is not allowed: {why}"));
-            } else {
-                r.what = format!("tool `{n}`");
-                if n.contains('.') {
-                    r.warning(
-                        &sp,
-                        format!("tool name `{n}` contains `.`: some model providers accept only A-Z a-z 0-9 _ - in tool names, so prefer `{}`", n.replace('.', "_")),
-                    );
-                }
-            }
-            Some(n)
+    let name = read_name(
+        &mut r,
+        "tool",
+        "a tool name of 1 to 64 characters from A-Z a-z 0-9 _ . -",
+    );
+    if let Some((n, sp)) = &name {
+        if valid_name(n) && n.contains('.') {
+            r.warning(
+                sp,
+                format!("tool name `{n}` contains `.`: some model providers accept only A-Z a-z 0-9 _ - in tool names, so prefer `{}`", n.replace('.', "_")),
+            );
         }
-        None => {
-            if r.get("name").is_none() {
-                r.missing(
-                    "name",
-                    "a tool name of 1 to 64 characters from A-Z a-z 0-9 _ . -",
-                );
-            }
-            None
-        }
-    };
+    }
+    let name = name.map(|(n, _)| n);
 
     // After the name, so that messages can say which tool.
     r.deny_unknown(TOOL_KEYS);
@@ -282,12 +271,43 @@ fn read_tool(
         handler: handler?,
         validate_arguments,
         max_concurrency,
-        origin: Origin {
-            file: src.path.to_path_buf(),
-            line: pos.line,
-            col: pos.col,
-        },
+        origin: origin(src, pos),
     })
+}
+
+/// The `name` of a `[[tool]]` or `[[mcp_server]]` (`kind`), checked by
+/// main_server's rule; once good, messages name the table by it. `hint`
+/// says what to write when it is missing.
+pub(super) fn read_name(
+    r: &mut TableReader<'_, '_>,
+    kind: &str,
+    hint: &str,
+) -> Option<(String, Range<usize>)> {
+    match r.string("name") {
+        Some((n, sp)) => {
+            if let Some(why) = name_problem(&n) {
+                r.error(&sp, format!("{kind} name \"{n}\" is not allowed: {why}"));
+            } else {
+                r.what = format!("{kind} `{n}`");
+            }
+            Some((n, sp))
+        }
+        None => {
+            if r.get("name").is_none() {
+                r.missing("name", hint);
+            }
+            None
+        }
+    }
+}
+
+/// Where a table starting at `pos` of `src` was declared.
+pub(super) fn origin(src: &SourceText<'_>, pos: crate::diag::Position) -> Origin {
+    Origin {
+        file: src.path.to_path_buf(),
+        line: pos.line,
+        col: pos.col,
+    }
 }
 
 /// `timeout_seconds` (default 30): in (0, 300]; `None` after an error.
@@ -349,7 +369,7 @@ pub fn valid_name(n: &str) -> bool {
 
 /// What is wrong with tool name `n`, for the error message; `None` if
 /// nothing is.
-pub(super) fn name_problem(n: &str) -> Option<String> {
+fn name_problem(n: &str) -> Option<String> {
     if n == "." || n == ".." {
         return Some(format!(
             "HTTP clients resolve a path segment \"{n}\" away (RFC 3986 dot segments), so main_server could never reach its callback URL; add a letter or digit"

@@ -13,10 +13,10 @@ use std::path::Path;
 use toml::de::{DeTable, DeValue};
 
 use super::load::{
-    LoadContext, name_problem, read_command, read_cwd, read_max_concurrency, read_role,
+    LoadContext, origin, read_command, read_cwd, read_max_concurrency, read_name, read_role,
     read_timeout,
 };
-use super::{McpServerSpec, McpTransport, Origin};
+use super::{McpServerSpec, McpTransport};
 use crate::config::runtime_path;
 use crate::contract::url_host_is_loopback;
 use crate::diag::{Diagnostic, SourceText};
@@ -49,28 +49,12 @@ pub(super) fn read_mcp_server(
     let pos = src.position(&span);
     let mut r = TableReader::new(src, table, span, "this [[mcp_server]]", diags);
 
-    let name = match r.string("name") {
-        Some((n, sp)) => {
-            if let Some(why) = name_problem(&n) {
-                r.error(
-                    &sp,
-                    format!("MCP server name \"{n}\" is not allowed: {why}"),
-                );
-            } else {
-                r.what = format!("MCP server `{n}`");
-            }
-            Some(n)
-        }
-        None => {
-            if r.get("name").is_none() {
-                r.missing(
-                    "name",
-                    "a name of 1 to 64 characters from A-Z a-z 0-9 _ . - (for logs and status, and the default prefix of its tools)",
-                );
-            }
-            None
-        }
-    };
+    let name = read_name(
+        &mut r,
+        "MCP server",
+        "a name of 1 to 64 characters from A-Z a-z 0-9 _ . - (for logs and status, and the default prefix of its tools)",
+    )
+    .map(|(n, _)| n);
     r.deny_unknown(KEYS);
 
     let transport = read_transport(&mut r, base, ctx);
@@ -129,11 +113,7 @@ pub(super) fn read_mcp_server(
         timeout_seconds: timeout_seconds?,
         role: role?,
         max_concurrency,
-        origin: Origin {
-            file: src.path.to_path_buf(),
-            line: pos.line,
-            col: pos.col,
-        },
+        origin: origin(src, pos),
     })
 }
 
