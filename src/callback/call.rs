@@ -106,6 +106,7 @@ async fn run(
         spec,
         endpoint: route.endpoint.as_ref(),
         call_id: &call_id,
+        arguments: &request.arguments,
         body,
         deadline,
         budget,

@@ -115,6 +115,8 @@ pub(crate) struct Invocation<'a> {
     /// for an exec handler.
     pub endpoint: Option<&'a Result<Endpoint, String>>,
     pub call_id: &'a str,
+    /// The body's `arguments`, as read (and checked) once by `call`.
+    pub arguments: &'a serde_json::Value,
     /// The callback body exactly as main_server sent it.
     pub body: Bytes,
     pub deadline: Instant,
@@ -168,16 +170,9 @@ async fn mcp_call(
             m.server
         )));
     };
-    // The body was read and its arguments checked before (`call`).
-    let arguments = serde_json::from_slice::<serde_json::Value>(&call.body)
-        .ok()
-        .and_then(
-            |mut v| match v.get_mut("arguments").map(serde_json::Value::take) {
-                Some(serde_json::Value::Object(o)) => Some(o),
-                _ => None,
-            },
-        )
-        .unwrap_or_default();
+    // main_server always sends an object (CONTRACT.md); anything else was
+    // refused by validation, or the tool takes no arguments.
+    let arguments = call.arguments.as_object().cloned().unwrap_or_default();
     // Dropping the call at the deadline cancels it on the server
     // (`notifications/cancelled`).
     let work = session.call(&m.tool, arguments);

@@ -129,7 +129,6 @@ impl McpServers {
             );
             sessions.insert(name.clone(), session);
         }
-        self.inner.changed.notify_one();
     }
 
     /// The desired state main_server should see: the manifests' tools,
