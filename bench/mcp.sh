@@ -18,8 +18,8 @@
 #
 # It installs what it needs when missing (wrk, curl, jq, python3,
 # python3-venv; the `mcp` package into a venv kept in a cache directory),
-# builds the release binary, and writes the raw figures and the table to
-# bench/results/partial/mcp/. Exits 1 when a goal is not met, 2 when the
+# builds the release binary and the drivers (run.sh's `build`), and writes
+# the raw figures and the table to bench/results/partial/mcp/. Exits 1 when a goal is not met, 2 when the
 # MCP path could not be measured (the exec path is measured regardless).
 #
 # Knobs (environment): BENCH_DURATION, BENCH_ROUNDS, BENCH_QUICK,
@@ -68,22 +68,7 @@ make_venv() {
     "$PY" -m pip install --quiet --disable-pip-version-check "$SPEC" ||
         die "pip could not install $SPEC"
     MCP_VERSION=$("$PY" -c 'import importlib.metadata as m; print(m.version("mcp"))')
-    # The newest revision its initialize handshake negotiates (2.x also has
-    # handshake-less revisions, which stdio clients do not use yet).
     log "mcp $MCP_VERSION on $("$PY" -V 2>&1)"
-}
-
-build_sidecar() {
-    if [ "${BENCH_SKIP_BUILD:-0}" = 1 ]; then
-        log "skipping the build (BENCH_SKIP_BUILD=1)"
-    else
-        log "building release: neko-sidecar, then the mcp_direct driver"
-        cargo build --release --quiet --bin neko-sidecar
-        CARGO_TARGET_DIR=$ROOT/target cargo build --release --quiet \
-            --manifest-path "$ROOT/bench/drivers/Cargo.toml" --bin mcp_direct
-    fi
-    [ -x "$BIN" ] || die "$BIN is missing: build first"
-    [ -x "$REL/mcp_direct" ] || die "$REL/mcp_direct is missing: build first"
 }
 
 # The two manifests, in files of their own: a daemon that does not know
@@ -237,7 +222,7 @@ EOF
 mcp_main() {
     install_mcp_peers
     make_venv
-    build_sidecar
+    build
     mkdir -p "$RES"
     : >"$RAW/mcp.txt"
     bench_mcp

@@ -163,7 +163,7 @@ install_peers() {
     NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 }
 
-DRIVERS=(bench_handler bench_burst bench_registry bench_restart bench_edit bench_sigterm soak_calls)
+DRIVERS=(bench_handler bench_burst bench_registry bench_restart bench_edit bench_sigterm soak_calls mcp_direct)
 
 build() {
     if [ "${BENCH_SKIP_BUILD:-0}" = 1 ]; then
