@@ -19,8 +19,9 @@
 # It installs what it needs when missing (wrk, curl, jq, python3,
 # python3-venv; the `mcp` package into a venv kept in a cache directory),
 # builds the release binary and the drivers (run.sh's `build`), and writes
-# the raw figures and the table to bench/results/partial/mcp/. Exits 1 when a goal is not met, 2 when the
-# MCP path could not be measured (the exec path is measured regardless).
+# the raw figures and the table to bench/results/partial/mcp/. Exits 1 when
+# a goal is not met, 2 when the MCP path could not be measured (the exec
+# path is measured regardless).
 #
 # Knobs (environment): BENCH_DURATION, BENCH_ROUNDS, BENCH_QUICK,
 # BENCH_SKIP_BUILD=1, NEKO_SIDECAR_BIN (as bench/run.sh);
