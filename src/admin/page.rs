@@ -131,7 +131,7 @@ fn render_view(sample: &Sample, v: &StatusView) -> String {
     };
     let restart = match &ms.last_loss_at {
         Some(at) => format!(
-            "{} ({} time{} since start)",
+            "{}: registered tools went missing (a main_server restart or an eviction; {} time{} since start)",
             esc(at),
             v.engine.loss_events,
             if v.engine.loss_events == 1 { "" } else { "s" }
@@ -153,7 +153,7 @@ fn render_view(sample: &Sample, v: &StatusView) -> String {
 <dl class="facts">
 <dt>URL</dt><dd><code>{url}</code></dd>
 <dt>Answers</dt><dd id="ms-answers">{answers}</dd>
-<dt>Tools lost last</dt><dd id="ms-restart">{restart}</dd>
+<dt>Last restart seen</dt><dd id="ms-restart">{restart}</dd>
 <dt>Registered</dt><dd id="ms-registered">{registered} of {total} tools · {ready}</dd>
 </dl>
 "#,

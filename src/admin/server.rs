@@ -131,6 +131,9 @@ fn router(state: Arc<AdminState>) -> Router {
         .route("/", get(inspector::page))
         .route("/inspector.js", get(inspector::script))
         .route("/inspector.css", get(inspector::style))
+        // Browsers ask for it on every page; an empty answer keeps their
+        // consoles free of a 404.
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
         .route("/ui/status", get(inspector::status_part))
         .route("/ui/tools", get(inspector::tools))
         .route("/ui/call", post(inspector::call))
