@@ -6,8 +6,11 @@
 
 use serde_json::{Value as Json, json};
 
+use neko_sidecar::registration::ToolState;
+
 use crate::support::admin::*;
-use crate::support::{Workspace, call, dev_server};
+use crate::support::daemon::Sidecar;
+use crate::support::{WAIT, Workspace, call, dev_server, http_client};
 
 /// The token the served page carries.
 fn token_of(page: &str) -> String {
@@ -292,5 +295,94 @@ async fn arguments_are_checked_with_the_messages_a_model_gets() {
             .unwrap()
             .contains("no tool named `nope`")
     );
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_logs_the_pages_address() {
+    let h = dev_server().await;
+    let ws = Workspace::new();
+    greet(&ws);
+    let mut sidecar = Sidecar::spawn(&ws.admin_config(&h.url(), "127.0.0.1:0"));
+    let line = sidecar
+        .wait_log("the page's address", |l| l.contains("inspector page"))
+        .await;
+    let url = line
+        .split("page=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no page= in {line}"));
+    assert!(
+        url.starts_with("http://127.0.0.1:") && url.ends_with('/'),
+        "{line}"
+    );
+    assert!(line.contains(&format!("open {url} in a browser")), "{line}");
+    let r = http_client().get(url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.text()
+            .await
+            .unwrap()
+            .contains(r#"<meta name="neko-token""#)
+    );
+    sidecar.kill().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_edit_and_a_conflict_show_on_the_page_with_their_reasons() {
+    let h = dev_server().await;
+    let (ws, run) = in_conflict_over_greet(&h).await;
+    let (_, part) = run.get("/ui/status").await;
+    assert!(part.contains("held by <code>plugin:other</code>"), "{part}");
+    assert!(
+        part.contains(r#"<span class="state bad">conflict</span>"#),
+        "{part}"
+    );
+
+    // A second tool, registered, then its file broken: the page says the
+    // tool shown is its last good version, and why the file is in error.
+    ws.exec_handler(
+        "wave",
+        "cat >/dev/null\nprintf '{\"output\": \"hi\", \"is_error\": false}'\n",
+        "",
+    );
+    run.wait("wave registered", |s| {
+        s.state("wave") == Some(&ToolState::Registered)
+    })
+    .await;
+    let path = ws.tools.join("wave.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replace("timeout_seconds = 5", "timeout_seconds = 999"),
+    )
+    .unwrap();
+    // The reload is seen through /status, polled against a deadline.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let s = loop {
+        let s = run.status_json().await;
+        if s["manifests"]["files_in_error"] == 1 {
+            break s;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the bad edit never showed: {s:#}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let (_, part) = run.get("/ui/status").await;
+    assert!(
+        part.contains("this is its last good version, kept"),
+        "{part}"
+    );
+    assert!(part.contains("Manifest problems"), "{part}");
+    assert!(part.contains("wave.toml:"), "{part}");
+    let wave = s["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "wave")
+        .unwrap();
+    assert_eq!(wave["serving_last_good"], true, "{s:#}");
     run.stop().await;
 }
