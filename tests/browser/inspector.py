@@ -171,10 +171,11 @@ def start_demo(binary):
     page = re.search(r"inspector page in a browser: (\S+)", out)
     stand_in = re.search(r"curl -s (\S+)/api/tools", out)
     config = re.search(r" status --config (\S+)", out)
-    if not (page and stand_in and config):
+    tools = re.search(r"\(manifests in (\S+)\)", out)
+    if not (page and stand_in and config and tools):
         demo.kill()
-        fail(f"the demo did not print the page, the stand-in and the config:\n{out}")
-    return demo, page.group(1), stand_in.group(1), config.group(1)
+        fail(f"the demo did not print the page, the stand-in, the config and the manifests:\n{out}")
+    return demo, page.group(1), stand_in.group(1), config.group(1), tools.group(1)
 
 
 def stop(proc, sig=signal.SIGTERM, timeout=10):
@@ -186,6 +187,51 @@ def stop(proc, sig=signal.SIGTERM, timeout=10):
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+# A tool whose schema has every kind of field the form renders, and markup in
+# its texts; its handler answers with the arguments it got, so what the model
+# reads is what the form sent.
+FORM_CHECK = """
+[[tool]]
+name = "form_check"
+description = "<script>window.pwned = 1</script> echoes its arguments"
+timeout_seconds = 10
+handler = { type = "exec", command = ["python3", "-c", 'import json,sys; b=json.load(sys.stdin); print(json.dumps({"output": b["arguments"], "is_error": False}))'] }
+
+[tool.parameters]
+type = "object"
+required = ["title", "count"]
+
+[tool.parameters.properties.title]
+type = "string"
+description = "<img src=x onerror=\\"window.pwned=2\\"> a title"
+
+[tool.parameters.properties.count]
+type = "integer"
+
+[tool.parameters.properties.ratio]
+type = "number"
+
+[tool.parameters.properties.loud]
+type = "boolean"
+
+[tool.parameters.properties.mood]
+type = "string"
+enum = ["calm", "busy"]
+
+[tool.parameters.properties.tags]
+type = "array"
+items = { type = "string" }
+
+[tool.parameters.properties.place]
+type = "object"
+required = ["city"]
+properties = { city = { type = "string" }, floor = { type = "integer" } }
+
+[tool.parameters.properties.either]
+oneOf = [{ type = "string" }, { type = "integer" }]
+"""
 
 
 def row_text(b, tool):
@@ -200,7 +246,7 @@ def main():
     if len(sys.argv) != 3:
         raise SystemExit(__doc__)
     binary, shot = sys.argv[1], sys.argv[2]
-    demo, page, stand_in, config = start_demo(binary)
+    demo, page, stand_in, config, tools_dir = start_demo(binary)
     driver = browser = None
     try:
         # `status` names the page too.
@@ -280,7 +326,52 @@ def main():
             and (b.text("#result-title") or "") == "What the model reads",
         )
 
-        # 5. A call that succeeds, for the screenshot.
+        # 5. A schema with every kind of field: the form sends exactly the
+        # JSON typed, markup in descriptions stays text, and none runs.
+        with open(os.path.join(tools_dir, "form_check.toml"), "w") as f:
+            f.write(FORM_CHECK)
+        wait_for("form_check registered", lambda: "registered" in row_text(b, "form_check"))
+        desc = b.text('tr[data-tool="form_check"] .desc') or ""
+        if "<script>window.pwned = 1</script>" not in desc:
+            fail(f"the description is not shown as text: {desc!r}")
+        b.click('button[data-try="form_check"]')
+        wait_for("the form for form_check", lambda: b.text('label[for="f-place_city"]'))
+        hints = b.js(
+            "return Array.from(document.querySelectorAll('#fields .hint')).map(e => e.textContent);"
+        )
+        if '<img src=x onerror="window.pwned=2"> a title' not in hints:
+            fail(f"the field's description is not shown as text: {hints}")
+        title = b.text('label[for="f-title"]') or ""
+        if "*" not in title or "*" in (b.text('label[for="f-ratio"]') or ""):
+            fail(f"required fields are not the starred ones: {title!r}")
+        b.type("#f-title", "hi <b>")
+        b.type("#f-count", "3")
+        b.type("#f-ratio", "0.5")
+        b.click('#f-loud option[value="true"]')
+        b.click("#f-mood option[value='\"busy\"']")
+        b.type("#f-tags", '["a", "b"]')
+        b.type("#f-place_city", "Kyoto")
+        b.type("#f-either", "7")
+        b.click("#call")
+        want = {
+            "title": "hi <b>",
+            "count": 3,
+            "ratio": 0.5,
+            "loud": True,
+            "mood": "busy",
+            "tags": ["a", "b"],
+            "place": {"city": "Kyoto"},
+            "either": 7,
+        }
+
+        def echoed():
+            return json.loads(b.text("#model-text") or "null") == want
+
+        wait_for(f"form_check to read back {want}", echoed)
+        if b.js("return window.pwned === undefined;") is not True:
+            fail("markup from a tool's description ran as script")
+
+        # 6. A call that succeeds, for the screenshot.
         b.click('button[data-try="get_weather"]')
         wait_for("the form for get_weather", lambda: b.text('label[for="f-city"]'))
         b.type("#f-city", "Tokyo")

@@ -32,10 +32,13 @@
   }
 
   // A "Try" button in the tools table picks that tool in the form.
-  $("status").addEventListener("click", (ev) => {
+  $("status").addEventListener("click", async (ev) => {
     const button = ev.target.closest("button[data-try]");
     if (!button || !$("tool")) return;
-    selectTool(button.getAttribute("data-try"));
+    const name = button.getAttribute("data-try");
+    // A tool newer than the last list of schemas: fetch them first.
+    if (!tools.has(name)) await refreshTools();
+    selectTool(name);
     $("try").scrollIntoView();
   });
 
