@@ -146,6 +146,9 @@ pub struct RegistrationSnapshot {
     /// a restart, an eviction or an outside removal, however many tools
     /// it took.
     pub loss_events: u64,
+    /// When the last such pass was: what an operator reads as "main_server
+    /// restarted (or evicted us) at".
+    pub last_loss_at: Option<SystemTime>,
 }
 
 impl RegistrationSnapshot {
@@ -369,6 +372,7 @@ impl RegistrationStore {
         let lost = std::mem::take(&mut inner.lost_this_pass);
         if lost > 0 {
             inner.snap.loss_events = inner.snap.loss_events.saturating_add(1);
+            inner.snap.last_loss_at = Some(SystemTime::now());
             // One line per event, not per tool: a restart over 1,000 tools
             // is one thing that happened.
             tracing::info!(

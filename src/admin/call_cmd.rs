@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::client::{AdminClient, ClientError, admin_url};
 use crate::contract::MAX_CALLBACK_CONNECTIONS;
-use crate::devserver::invoke::{callback_body, post_callback, turn_call_id};
+use crate::devserver::invoke::{RawAnswer, callback_body, post_callback_raw, turn_call_id};
 
 /// main_server's default when a tool's timeout is unknown.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -91,21 +91,35 @@ pub(crate) async fn call(
         .callback_url
         .clone()
         .ok_or_else(|| CallError::NoCallbackUrl(opts.tool.clone()))?;
-    let timeout = tool
-        .timeout_seconds
+    let (report, _) = call_url(&tool.name, &url, tool.timeout_seconds, &raw).await;
+    Ok(report)
+}
+
+/// Calls tool `name` at its callback `url` as main_server would, with the
+/// model's argument text `raw`, within the tool's timeout (main_server's
+/// default when unknown), and reads the answer by main_server's rules.
+/// Also returns the HTTP status and body as they came, when one came. The
+/// `call` command and the inspector page both call through here.
+pub(super) async fn call_url(
+    name: &str,
+    url: &str,
+    timeout_seconds: Option<f64>,
+    raw: &str,
+) -> (CallReport, Option<RawAnswer>) {
+    let timeout = timeout_seconds
         .filter(|s| s.is_finite() && *s > 0.0)
         .map_or(DEFAULT_TIMEOUT, Duration::from_secs_f64);
     let call_id = turn_call_id(0);
     let started = Instant::now();
-    let body = callback_body(&tool.name, &raw, &call_id);
+    let body = callback_body(name, raw, &call_id);
     let connections = tokio::sync::Semaphore::new(MAX_CALLBACK_CONNECTIONS);
-    let (view, _) = post_callback(&connections, &url, timeout, &body, true).await;
+    let (view, _, answer) = post_callback_raw(&connections, url, timeout, &body, true).await;
     let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    Ok(CallReport {
+    let report = CallReport {
         is_error: view.is_error,
         answer: json!({
             "model_text": view.model_text(),
-            "tool": tool.name,
+            "tool": name,
             "call_id": call_id,
             "output": view.output,
             "is_error": view.is_error,
@@ -114,7 +128,8 @@ pub(crate) async fn call(
             "warnings": view.warnings,
             "took_ms": took_ms,
         }),
-    })
+    };
+    (report, answer)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The operator surface: the admin HTTP endpoints (`/healthz`, `/readyz`,
-//! `/status`, `/metrics`) and the `status` and `call` commands that use them.
+//! `/status`, `/metrics`), the inspector page at `/`, and the `status` and
+//! `call` commands that use them.
 //!
 //! The daemon builds an [`AdminState`] from what it already runs
 //! (registration store, callback handle, reload handle) and hands a bound
@@ -11,12 +12,16 @@
 //! Map: `sample` (one consistent read of every source), `readiness` and
 //! `view` (pure: a sample in, a verdict or the `/status` JSON out), `prom`
 //! (the Prometheus text format writer) and `metrics` (which series), `time`
-//! (RFC 3339 timestamps), `server` (HTTP), `client` (finding and reading a
+//! (RFC 3339 timestamps), `page` (pure: a sample in, the inspector page's
+//! HTML out), `inspector` (the page's routes and their gates, the call it
+//! makes through `call_cmd`), `server` (HTTP), `client` (finding and reading a
 //! running sidecar's endpoints), `status_cmd` and `call_cmd` (the commands).
 
 mod call_cmd;
 mod client;
+mod inspector;
 mod metrics;
+mod page;
 mod prom;
 mod readiness;
 mod sample;

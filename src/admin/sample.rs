@@ -40,6 +40,11 @@ pub struct AdminState {
     /// Monotonic start, for the uptime (immune to clock changes).
     pub started: Instant,
     pub version: &'static str,
+    /// The inspector page's per-process secret: the page carries it and its
+    /// call endpoint requires it, so no other web page can call a tool
+    /// through the sidecar. `None` when the system had no randomness to
+    /// give; the page then shows but cannot call.
+    pub page_token: Option<Arc<str>>,
 }
 
 impl AdminState {
@@ -56,6 +61,7 @@ impl AdminState {
             started_at: SystemTime::now(),
             started: Instant::now(),
             version: env!("CARGO_PKG_VERSION"),
+            page_token: new_page_token(),
         }
     }
 
@@ -80,6 +86,26 @@ impl AdminState {
             now: SystemTime::now(),
             started_at: self.started_at,
             uptime: self.started.elapsed(),
+        }
+    }
+}
+
+/// 128 random bits as hex, or `None` (logged) when the system gives none.
+fn new_page_token() -> Option<Arc<str>> {
+    let mut bytes = [0u8; 16];
+    match getrandom::fill(&mut bytes) {
+        Ok(()) => Some(
+            bytes
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+                .into(),
+        ),
+        Err(e) => {
+            tracing::error!(
+                "no randomness for the inspector page's token ({e}): the page cannot call tools"
+            );
+            None
         }
     }
 }

@@ -1,14 +1,21 @@
-//! The admin HTTP server: `/healthz`, `/readyz`, `/status`, `/metrics`.
+//! The admin HTTP server: `/healthz`, `/readyz`, `/status`, `/metrics` and
+//! the inspector page.
 //!
 //! Only loopback peers are served (403 otherwise), and only requests whose
-//! `Host` is an IP literal or `localhost` (400 otherwise): `/status` shows
-//! callback URLs, whose token is what keeps a web page the user visits
-//! from calling tools, so a DNS-rebinding page must not read it. Handlers
-//! take one [`Sample`](super::Sample) and render it; the server never
-//! changes the daemon's state.
+//! `Host` is a loopback address or `localhost` (400 otherwise): `/status`
+//! and the page show callback URLs, whose token is what keeps a web page
+//! the user visits from calling tools, so a DNS-rebinding page must not
+//! read them. Every answer carries a Content-Security-Policy without inline
+//! script. Handlers take one [`Sample`](super::Sample) and render it; the
+//! server never changes the daemon's state.
 //!
 //! | route | answer |
 //! |---|---|
+//! | `GET /` | the inspector page (`page.rs`, `inspector.rs`) |
+//! | `GET /inspector.js`, `/inspector.css` | its script and style, embedded |
+//! | `GET /ui/status` | the page's status part, HTML |
+//! | `GET /ui/tools` | every tool's description and schema, JSON |
+//! | `POST /ui/call` | calls a tool as main_server would; own Origin and the page's token only |
 //! | `GET /healthz` | 200 `ok` while the process serves |
 //! | `GET /readyz` | 200 `{"ready":true,"reasons":[]}`, or 503 with the reasons |
 //! | `GET /status` | 200, the JSON of `view.rs` |
@@ -23,11 +30,12 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::inspector;
 use super::metrics;
 use super::prom::CONTENT_TYPE;
 use super::readiness::judge;
@@ -35,7 +43,7 @@ use super::sample::AdminState;
 use super::view;
 use crate::callback::limits::peer_allowed;
 use crate::daemon::Daemon;
-use crate::devserver::gates::is_trusted_host;
+use crate::devserver::gates::is_loopback_host;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
@@ -54,7 +62,11 @@ pub async fn serve(
 ) -> Result<(), AdminError> {
     let addr = listener.local_addr().map_err(AdminError::LocalAddr)?;
     let app = router(Arc::new(state));
-    tracing::info!(%addr, "admin endpoints listening (/healthz, /readyz, /status, /metrics)");
+    tracing::info!(
+        %addr,
+        page = %format!("http://{addr}/"),
+        "admin endpoints listening (/healthz, /readyz, /status, /metrics); the inspector page: open http://{addr}/ in a browser"
+    );
     axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
@@ -116,7 +128,17 @@ fn router(state: Arc<AdminState>) -> Router {
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
+        .route("/", get(inspector::page))
+        .route("/inspector.js", get(inspector::script))
+        .route("/inspector.css", get(inspector::style))
+        // Browsers ask for it on every page; an empty answer keeps their
+        // consoles free of a 404.
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
+        .route("/ui/status", get(inspector::status_part))
+        .route("/ui/tools", get(inspector::tools))
+        .route("/ui/call", post(inspector::call))
         .fallback(not_found)
+        .layer(middleware::from_fn(inspector::security_headers))
         .layer(middleware::from_fn(guard))
         .with_state(state)
 }
@@ -135,10 +157,10 @@ async fn guard(ConnectInfo(peer): ConnectInfo<SocketAddr>, req: Request, next: N
         .headers()
         .get(header::HOST)
         .and_then(|h| h.to_str().ok());
-    if !is_trusted_host(host) {
+    if !is_loopback_host(host) {
         return (
             StatusCode::BAD_REQUEST,
-            "untrusted Host header: use an IP address or localhost\n",
+            "untrusted Host header: use a loopback address (127.0.0.1, [::1]) or localhost\n",
         )
             .into_response();
     }
@@ -174,7 +196,7 @@ async fn metrics(State(state): State<Arc<AdminState>>) -> Response {
 async fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
-        "not found: the admin endpoints are /healthz, /readyz, /status and /metrics\n",
+        "not found: the admin endpoints are / (the inspector page), /healthz, /readyz, /status and /metrics\n",
     )
         .into_response()
 }

@@ -30,7 +30,8 @@ pub(crate) async fn status(
     admin: Option<&str>,
     json: bool,
 ) -> Result<StatusReport, ClientError> {
-    let client = AdminClient::new(admin_url(config, admin)?)?;
+    let base = admin_url(config, admin)?;
+    let client = AdminClient::new(base.clone())?;
     let (raw, view) = client.status().await?;
     let text = if json {
         let mut raw = raw;
@@ -39,7 +40,9 @@ pub(crate) async fn status(
         }
         raw
     } else {
-        render_status(&view)
+        let mut text = render_status(&view);
+        let _ = writeln!(text, "inspector page: {base}/ (open it in a browser)");
+        text
     };
     Ok(StatusReport {
         text,

@@ -54,6 +54,10 @@ pub(crate) struct MainServerView {
     pub last_contact: Option<String>,
     /// While unreachable: when the next GET is due.
     pub next_attempt_at: Option<String>,
+    /// When a GET last found registered tools missing: a main_server
+    /// restart, an eviction or an outside unregister.
+    #[serde(default)]
+    pub last_loss_at: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -92,15 +96,37 @@ pub(crate) struct ToolView {
     pub last_error: Option<String>,
     pub callback_url: Option<String>,
     pub timeout_seconds: Option<f64>,
-    /// `http` or `exec`.
+    /// `http`, `exec` or `mcp`.
     pub handler: Option<String>,
+    /// What the handler calls: `http URL`, `exec COMMAND`, `mcp SERVER tool NAME`.
+    #[serde(default)]
+    pub target: Option<String>,
     /// Where the tool is declared: `FILE:LINE:COL`.
     pub declared_at: Option<String>,
+    /// Its manifest file is in error now, and this tool is its last good
+    /// version, kept.
+    #[serde(default)]
+    pub serving_last_good: bool,
+    /// The last finished call; `null` before the first.
+    #[serde(default)]
+    pub last_call: Option<LastCallView>,
     /// Finished calls since start, every outcome.
     pub calls: u64,
     /// Finished calls that did not end `ok`.
     pub failures: u64,
     pub in_flight: u64,
+}
+
+/// How a tool's last call went.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct LastCallView {
+    /// When it finished.
+    pub at: String,
+    pub took_ms: u64,
+    /// The outcome's label (`ok`, `tool_error`, `timeout`, ...).
+    pub outcome: String,
+    /// The error the envelope carried, when it failed.
+    pub error: Option<String>,
 }
 
 /// A tool's state with the details of that state.
@@ -210,6 +236,7 @@ pub(crate) fn build(sample: &Sample) -> StatusView {
             failed_attempts: ms.failed_attempts,
             last_contact: ms.last_contact.map(rfc3339),
             next_attempt_at: ms.next_attempt_at.map(rfc3339),
+            last_loss_at: s.last_loss_at.map(rfc3339),
         },
         engine: EngineView {
             passes: s.passes,
@@ -277,7 +304,19 @@ fn tool_view(sample: &Sample, name: &str) -> ToolView {
             }
             .to_owned()
         }),
+        target: spec.map(|s| s.handler.to_string()),
         declared_at: spec.map(|s| s.origin.to_string()),
+        serving_last_good: sample
+            .manifests
+            .files
+            .iter()
+            .any(|f| f.serving_last_good() && f.tools.iter().any(|t| t == name)),
+        last_call: stats.and_then(|t| t.last.as_ref()).map(|l| LastCallView {
+            at: rfc3339(l.at),
+            took_ms: u64::try_from(l.took.as_millis()).unwrap_or(u64::MAX),
+            outcome: l.outcome.label().to_owned(),
+            error: l.error.clone(),
+        }),
         calls: stats.map_or(0, |t| t.calls),
         failures: stats.map_or(0, |t| t.failures()),
         in_flight: stats.map_or(0, |t| t.in_flight),

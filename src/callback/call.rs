@@ -51,7 +51,7 @@ pub(crate) async fn answer(
             "call failed"
         );
     }
-    record.finish(outcome);
+    record.finish(outcome, reply.error.as_deref());
     reply
 }
 

@@ -105,7 +105,9 @@ mod tests {
         let a1 = t1.get("a").unwrap();
         let held = a1.slots.acquire(Instant::now()).await;
         assert!(held.is_some());
-        a1.stats.begin().finish(super::super::stats::Outcome::Ok);
+        a1.stats
+            .begin()
+            .finish(super::super::stats::Outcome::Ok, None);
 
         let t2 = t1.rebuild(&state("max_concurrency = 1", &["a"]), &clients);
         let a2 = t2.get("a").unwrap();

@@ -6,9 +6,9 @@
 //! operator surface (which renders them as Prometheus metrics). Nothing here
 //! decides anything about a call.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 /// How a call to a tool ended. The code goes into error envelopes; the
 /// label names the outcome in metrics.
@@ -123,7 +123,25 @@ pub(crate) struct ToolStats {
     /// Per bucket, not cumulative; the last is the unbounded one.
     buckets: [AtomicU64; LATENCY_BOUNDS.len() + 1],
     latency_sum_micros: AtomicU64,
+    /// The last finished call, for the inspector page: a person debugging a
+    /// tool asks "what happened when it was last called" before any rate.
+    /// One short lock per call, next to a handler that takes milliseconds.
+    last: Mutex<Option<LastCall>>,
 }
+
+/// How the last finished call of a tool went.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LastCall {
+    /// When it finished (wall clock, shown to people).
+    pub at: SystemTime,
+    pub took: Duration,
+    pub outcome: Outcome,
+    /// The envelope's `error` when it failed, cut to [`LAST_ERROR_CHARS`].
+    pub error: Option<String>,
+}
+
+/// How much of a failed call's error text is kept for the last call.
+const LAST_ERROR_CHARS: usize = 500;
 
 /// A call in progress: counted in flight until finished or dropped.
 #[derive(Debug)]
@@ -150,7 +168,15 @@ impl ToolStats {
         }
     }
 
-    fn record(&self, outcome: Outcome, elapsed: Duration) {
+    fn record(&self, outcome: Outcome, elapsed: Duration, error: Option<&str>) {
+        let last = LastCall {
+            at: SystemTime::now(),
+            took: elapsed,
+            outcome,
+            error: error.map(|e| e.chars().take(LAST_ERROR_CHARS).collect()),
+        };
+        // A panic while holding the lock leaves plain data behind.
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(last);
         self.outcomes[outcome.index()].fetch_add(1, Ordering::Relaxed);
         let secs = elapsed.as_secs_f64();
         let bucket = LATENCY_BOUNDS
@@ -179,15 +205,17 @@ impl ToolStats {
             in_flight: self.in_flight.load(Ordering::Relaxed),
             latency_buckets: buckets,
             latency_sum: Duration::from_micros(self.latency_sum_micros.load(Ordering::Relaxed)),
+            last: self.last.lock().unwrap_or_else(|p| p.into_inner()).clone(),
         }
     }
 }
 
 impl CallRecord {
-    /// Records how the call ended and how long it took.
-    pub(crate) fn finish(mut self, outcome: Outcome) {
+    /// Records how the call ended, how long it took and, for a failure,
+    /// the error the envelope carries.
+    pub(crate) fn finish(mut self, outcome: Outcome, error: Option<&str>) {
         self.done = true;
-        self.stats.record(outcome, self.started.elapsed());
+        self.stats.record(outcome, self.started.elapsed(), error);
     }
 }
 
@@ -195,7 +223,7 @@ impl Drop for CallRecord {
     fn drop(&mut self) {
         if !self.done {
             self.stats
-                .record(Outcome::Abandoned, self.started.elapsed());
+                .record(Outcome::Abandoned, self.started.elapsed(), None);
         }
     }
 }
@@ -212,6 +240,8 @@ pub struct ToolStatsSnapshot {
     /// not cumulative.
     pub latency_buckets: Vec<u64>,
     pub latency_sum: Duration,
+    /// The last finished call; `None` before the first.
+    pub last: Option<LastCall>,
 }
 
 impl ToolStatsSnapshot {
@@ -283,8 +313,11 @@ mod tests {
         let a = s.begin();
         let b = s.begin();
         assert_eq!(s.snapshot().in_flight, 2);
-        a.finish(Outcome::Ok);
-        b.finish(Outcome::Timeout);
+        a.finish(Outcome::Ok, None);
+        b.finish(Outcome::Timeout, Some("too slow"));
+        let last = s.snapshot().last.unwrap();
+        assert_eq!(last.outcome, Outcome::Timeout);
+        assert_eq!(last.error.as_deref(), Some("too slow"));
         drop(s.begin());
         let snap = s.snapshot();
         assert_eq!(snap.in_flight, 0);
@@ -294,6 +327,7 @@ mod tests {
         assert_eq!(snap.count(Outcome::Abandoned), 1);
         assert_eq!(snap.failures(), 2);
         assert_eq!(snap.latency_buckets.iter().sum::<u64>(), 3);
+        assert_eq!(snap.last.unwrap().outcome, Outcome::Abandoned);
     }
 
     #[test]

@@ -266,9 +266,13 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
     )
     .await
     .map_err(setup("cannot start the sidecar"))?;
-    if opts.keep_running {
-        crate::admin::start_for(&sidecar, &shutdown).await;
-    }
+    let page = if opts.keep_running {
+        crate::admin::start_for(&sidecar, &shutdown)
+            .await
+            .map(|addr| format!("http://{addr}/"))
+    } else {
+        None
+    };
     story.chapter(3, "neko-sidecar starts and registers them");
     story.say(&format!("callback server {}", sidecar.callback.base_url()));
     let ok = stand_in
@@ -422,7 +426,7 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
     );
 
     if opts.keep_running {
-        print_try_it(&stand_in, &config_path);
+        print_try_it(&stand_in, &config_path, page.as_deref());
         let _ = tokio::signal::ctrl_c().await;
         println!();
     }
@@ -560,12 +564,16 @@ fn show(a: &Json) -> String {
     }
 }
 
-fn print_try_it(h: &DevServerHandle, config: &Path) {
+fn print_try_it(h: &DevServerHandle, config: &Path, page: Option<&str>) {
     let (url, config) = (h.url(), config.display());
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "neko-sidecar".into());
-    println!("\nEverything stays up. In another terminal, try:");
+    println!("\nEverything stays up.");
+    if let Some(page) = page {
+        println!("Open the inspector page in a browser: {page}");
+    }
+    println!("In another terminal, try:");
     println!("   curl -s {url}/api/tools");
     println!(
         "   curl -s -XPOST {url}/__dev/invoke -H 'content-type: application/json' -d '{{\"name\":\"get_weather\",\"arguments\":{{\"city\":\"Sapporo\"}}}}'"

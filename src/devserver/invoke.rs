@@ -193,10 +193,29 @@ pub(crate) async fn post_callback(
     body: &Value,
     sees_images: bool,
 ) -> (Reading, CallOutcome) {
+    let (reading, outcome, _) =
+        post_callback_raw(connections, url, timeout, body, sees_images).await;
+    (reading, outcome)
+}
+
+/// The HTTP status and body text of a callback's answer, as it came.
+pub(crate) type RawAnswer = (u16, String);
+
+/// [`post_callback`], also returning the answer as it came (`None` when
+/// none came), for the inspector page, which shows it beside the reading.
+pub(crate) async fn post_callback_raw(
+    connections: &Semaphore,
+    url: &str,
+    timeout: Duration,
+    body: &Value,
+    sees_images: bool,
+) -> (Reading, CallOutcome, Option<RawAnswer>) {
+    let with_none = |(r, o): (Reading, CallOutcome)| (r, o, None);
     let Ok(Ok(_connection)) = tokio::time::timeout(timeout, connections.acquire()).await else {
         return (
             transport_failure("PoolTimeout", ""),
             CallOutcome::Inconclusive,
+            None,
         );
     };
     // One client per call: each tool has its own timeouts, and a stand-in
@@ -209,19 +228,20 @@ pub(crate) async fn post_callback(
         .build();
     let client = match client {
         Ok(c) => c,
-        Err(e) => return failure_of(&e),
+        Err(e) => return with_none(failure_of(&e)),
     };
     let response = match client.post(url).json(body).send().await {
         Ok(r) => r,
-        Err(e) => return failure_of(&e),
+        Err(e) => return with_none(failure_of(&e)),
     };
     let status = response.status().as_u16();
     match response.bytes().await {
         Ok(bytes) => (
             read_answer(status, &bytes, sees_images),
             CallOutcome::Completed,
+            Some((status, String::from_utf8_lossy(&bytes).into_owned())),
         ),
-        Err(e) => failure_of(&e),
+        Err(e) => with_none(failure_of(&e)),
     }
 }
 

@@ -63,6 +63,14 @@ async fn status_exits_0_when_every_tool_is_registered() {
         out.stdout
     );
     assert!(out.stdout.contains("2 of 2 tools registered, ready"));
+    assert!(
+        out.stdout.contains(&format!(
+            "inspector page: {}/ (open it in a browser)",
+            run.url()
+        )),
+        "{}",
+        out.stdout
+    );
     let lines: Vec<&str> = out.stdout.lines().collect();
     let header = lines.iter().position(|l| l.starts_with("TOOL")).unwrap();
     assert!(lines[header].contains("ROLE") && lines[header].contains("LAST ERROR"));

@@ -2,6 +2,7 @@
 //! volume of an outage, and the `status` and `call` commands.
 
 mod cli;
+mod inspector;
 mod logs;
 mod metrics;
 mod readyz;

@@ -1,0 +1,350 @@
+// The inspector page's script (src/admin/page.rs serves the page,
+// src/admin/inspector.rs the routes). It keeps the status part fresh
+// (GET /ui/status every second: HTML the server rendered and escaped), and
+// builds the "Try a tool" form from each tool's JSON Schema (GET /ui/tools),
+// calling through POST /ui/call with the page's token.
+//
+// Everything a tool, a handler or main_server wrote is untrusted: it
+// reaches the DOM through textContent and attribute setters only, never as
+// markup. The status part alone is set as HTML: the server rendered and
+// escaped it.
+"use strict";
+
+(function () {
+  const token = document.querySelector('meta[name="neko-token"]').content;
+  const $ = (id) => document.getElementById(id);
+  const REFRESH_MS = 1000;
+
+  // --- The status part -------------------------------------------------
+
+  async function refreshStatus() {
+    try {
+      const res = await fetch("/ui/status", { cache: "no-store" });
+      if (!res.ok) throw new Error("HTTP " + res.status);
+      const html = await res.text();
+      $("status").innerHTML = html;
+      $("live").textContent = "live";
+      $("live").classList.remove("lost");
+    } catch (e) {
+      $("live").textContent = "the sidecar does not answer (" + e.message + ")";
+      $("live").classList.add("lost");
+    }
+  }
+
+  // A "Try" button in the tools table picks that tool in the form.
+  $("status").addEventListener("click", async (ev) => {
+    const button = ev.target.closest("button[data-try]");
+    if (!button || !$("tool")) return;
+    const name = button.getAttribute("data-try");
+    // A tool newer than the last list of schemas: fetch them first.
+    if (!tools.has(name)) await refreshTools();
+    selectTool(name);
+    $("try").scrollIntoView();
+  });
+
+  // --- The tools and their schemas ---------------------------------------
+
+  let tools = new Map(); // name -> {name, description, parameters, target}
+  let current = null; // {name, schemaText, collect}
+
+  async function refreshTools() {
+    let list;
+    try {
+      const res = await fetch("/ui/tools", { cache: "no-store" });
+      if (!res.ok) return;
+      list = await res.json();
+    } catch (e) {
+      return;
+    }
+    tools = new Map(list.map((t) => [t.name, t]));
+    const select = $("tool");
+    const names = list.map((t) => t.name);
+    const shown = Array.from(select.options).map((o) => o.value);
+    if (names.join("\n") !== shown.join("\n")) {
+      const keep = select.value;
+      select.replaceChildren();
+      for (const n of names) {
+        const o = document.createElement("option");
+        o.value = n;
+        o.textContent = n;
+        select.append(o);
+      }
+      if (names.includes(keep)) select.value = keep;
+    }
+    $("call-form").hidden = names.length === 0;
+    // A tool whose schema changed (a manifest edit, a new MCP listing) gets
+    // a new form; an unchanged one keeps what was typed.
+    const t = tools.get(select.value);
+    if (t && (!current || current.name !== t.name || current.schemaText !== JSON.stringify(t.parameters))) {
+      buildForm(t);
+    }
+  }
+
+  function selectTool(name) {
+    if (!tools.has(name)) return;
+    $("tool").value = name;
+    buildForm(tools.get(name));
+  }
+
+  // --- The form, built from a JSON Schema ---------------------------------
+
+  // Kinds of schema the form renders as inputs; anything else is JSON text.
+  function kindOf(schema) {
+    if (typeof schema !== "object" || schema === null) return "json";
+    if (schema.oneOf || schema.anyOf || schema.allOf || schema.$ref || schema.not) return "json";
+    if (Array.isArray(schema.enum) && schema.enum.length > 0) return "enum";
+    switch (schema.type) {
+      case "string": return "string";
+      case "number": return "number";
+      case "integer": return "integer";
+      case "boolean": return "boolean";
+      case "object":
+        return schema.properties && typeof schema.properties === "object" ? "object" : "json";
+      default: return "json";
+    }
+  }
+
+  function hint(parent, text) {
+    if (typeof text !== "string" || text === "") return;
+    const d = document.createElement("div");
+    d.className = "hint";
+    d.textContent = text;
+    parent.append(d);
+  }
+
+  // Builds one field into `parent`; returns a function giving
+  // {present, value} or throwing an Error that names the field.
+  function field(parent, path, schema, required) {
+    const kind = kindOf(schema);
+    const box = document.createElement(kind === "object" ? "fieldset" : "div");
+    box.className = "field";
+    const title = document.createElement(kind === "object" ? "legend" : "label");
+    title.textContent = path;
+    if (required) {
+      const star = document.createElement("span");
+      star.className = "req";
+      star.textContent = " *";
+      star.title = "required";
+      title.append(star);
+    }
+    const type = document.createElement("span");
+    type.className = "hint";
+    type.textContent = " " + (kind === "json" ? "JSON" : kind);
+    title.append(type);
+    box.append(title);
+    hint(box, schema && schema.description);
+    parent.append(box);
+    const id = "f-" + path.replace(/[^A-Za-z0-9_-]/g, "_");
+    if (kind !== "object") title.htmlFor = id;
+    const hasDefault = schema && Object.prototype.hasOwnProperty.call(schema, "default");
+
+    if (kind === "object") {
+      const req = new Set(Array.isArray(schema.required) ? schema.required : []);
+      const parts = Object.entries(schema.properties).map(([k, s]) => [
+        k,
+        field(box, path + "." + k, s, req.has(k)),
+      ]);
+      return () => {
+        const obj = {};
+        let any = false;
+        for (const [k, get] of parts) {
+          const r = get();
+          if (r.present) { obj[k] = r.value; any = true; }
+        }
+        return { present: any || required, value: obj };
+      };
+    }
+    if (kind === "enum" || kind === "boolean") {
+      const select = document.createElement("select");
+      select.id = id;
+      const choices = kind === "enum" ? schema.enum : [true, false];
+      const unset = document.createElement("option");
+      unset.value = "";
+      unset.textContent = required ? "(choose)" : "(not set)";
+      select.append(unset);
+      for (const c of choices) {
+        const o = document.createElement("option");
+        o.value = JSON.stringify(c);
+        o.textContent = typeof c === "string" ? c : JSON.stringify(c);
+        select.append(o);
+      }
+      if (hasDefault) select.value = JSON.stringify(schema.default);
+      box.append(select);
+      return () => (select.value === "" ? { present: false } : { present: true, value: JSON.parse(select.value) });
+    }
+    if (kind === "json") {
+      const area = document.createElement("textarea");
+      area.id = id;
+      area.rows = 3;
+      area.spellcheck = false;
+      area.placeholder = "JSON";
+      if (hasDefault) area.value = JSON.stringify(schema.default);
+      box.append(area);
+      return () => {
+        if (area.value.trim() === "") return { present: false };
+        try {
+          return { present: true, value: JSON.parse(area.value) };
+        } catch (e) {
+          throw new Error(path + " is not JSON: " + e.message);
+        }
+      };
+    }
+    const input = document.createElement("input");
+    input.id = id;
+    input.type = kind === "string" ? "text" : "number";
+    if (kind === "integer") input.step = "1";
+    if (kind === "number") input.step = "any";
+    if (hasDefault) input.value = String(schema.default);
+    box.append(input);
+    return () => {
+      if (input.value === "") return { present: false };
+      if (kind === "string") return { present: true, value: input.value };
+      const n = Number(input.value);
+      if (!Number.isFinite(n)) throw new Error(path + " is not a number");
+      return { present: true, value: n };
+    };
+  }
+
+  function buildForm(tool) {
+    const fields = $("fields");
+    fields.replaceChildren();
+    $("tool-description").textContent = tool.description;
+    $("tool-target").textContent = tool.target;
+    const schema = tool.parameters;
+    let collect;
+    if (kindOf(schema) === "object") {
+      const req = new Set(Array.isArray(schema.required) ? schema.required : []);
+      const parts = Object.entries(schema.properties).map(([k, s]) => [k, field(fields, k, s, req.has(k))]);
+      collect = () => {
+        const obj = {};
+        for (const [k, get] of parts) {
+          const r = get();
+          if (r.present) obj[k] = r.value;
+        }
+        return obj;
+      };
+      if (parts.length === 0) hint(fields, "This tool takes no arguments.");
+    } else {
+      // A root the form cannot render: raw JSON only.
+      hint(fields, "This schema cannot be shown as a form; use Raw JSON.");
+      collect = null;
+      setMode("json");
+    }
+    current = { name: tool.name, schemaText: JSON.stringify(schema), collect };
+  }
+
+  function mode() {
+    return document.querySelector('input[name="mode"]:checked').value;
+  }
+
+  function setMode(m) {
+    document.querySelector('input[name="mode"][value="' + m + '"]').checked = true;
+    $("fields").hidden = m !== "form";
+    $("raw").hidden = m !== "json";
+  }
+
+  // --- Calling ---------------------------------------------------------------
+
+  function showError(text) {
+    $("form-error").textContent = text;
+    $("form-error").hidden = text === "";
+  }
+
+  function showResult(title, text, isError, meta, raw) {
+    $("result").hidden = false;
+    $("result-title").textContent = title;
+    $("result-title").className = isError ? "bad" : "";
+    $("model-text").textContent = text;
+    $("result-meta").textContent = meta;
+    $("raw-answer").textContent = raw;
+  }
+
+  function pretty(body) {
+    try {
+      return JSON.stringify(JSON.parse(body), null, 2);
+    } catch (e) {
+      return body;
+    }
+  }
+
+  async function submit(ev) {
+    ev.preventDefault();
+    showError("");
+    const name = $("tool").value;
+    const request = { tool: name, skip_check: $("skip-check").checked };
+    if (mode() === "json" || !current || !current.collect) {
+      request.raw_arguments = $("raw").value;
+    } else {
+      try {
+        request.arguments = current.collect();
+      } catch (e) {
+        showError(e.message);
+        return;
+      }
+    }
+    $("call").disabled = true;
+    try {
+      const res = await fetch("/ui/call", {
+        method: "POST",
+        headers: { "content-type": "application/json", "x-neko-token": token },
+        body: JSON.stringify(request),
+      });
+      const answer = await res.json();
+      if (!res.ok) {
+        showError(answer.error || "HTTP " + res.status);
+      } else if (!answer.called) {
+        showResult(
+          "Not called: the arguments do not match the schema. A model's call would get this answer:",
+          answer.message,
+          true,
+          "Fix the arguments, or tick the box to call anyway.",
+          JSON.stringify(answer.output, null, 2)
+        );
+      } else {
+        const a = answer.answer;
+        const meta = [
+          "took " + a.took_ms + " ms",
+          "call_id " + a.call_id,
+          a.is_error ? "is_error: main_server counts the call as failed" : "is_error: false",
+        ];
+        if (a.images > 0) meta.push(a.images + " image(s) accepted");
+        for (const w of a.warnings || []) meta.push("warning: " + w);
+        const raw = answer.raw ? "HTTP " + answer.raw.status + "\n" + pretty(answer.raw.body) : "(no answer came)";
+        showResult(
+          a.is_error ? "What the model reads (the call failed)" : "What the model reads",
+          a.model_text,
+          a.is_error,
+          meta.join(" · "),
+          raw
+        );
+      }
+    } catch (e) {
+      showError("the call did not reach the sidecar: " + e.message);
+    } finally {
+      $("call").disabled = false;
+    }
+  }
+
+  // --- Wiring ----------------------------------------------------------------
+
+  const form = $("call-form");
+  if (form) {
+    form.addEventListener("submit", submit);
+    $("tool").addEventListener("change", () => selectTool($("tool").value));
+    for (const r of document.querySelectorAll('input[name="mode"]')) {
+      r.addEventListener("change", () => {
+        if (mode() === "json" && current && current.collect && $("raw").value.trim() === "") {
+          try {
+            $("raw").value = JSON.stringify(current.collect(), null, 2);
+          } catch (e) {
+            // Leave the text box empty; the form shows what is wrong on Call.
+          }
+        }
+        setMode(mode());
+      });
+    }
+    refreshTools();
+    setInterval(refreshTools, 3 * REFRESH_MS);
+  }
+  setInterval(refreshStatus, REFRESH_MS);
+})();

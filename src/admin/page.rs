@@ -1,0 +1,448 @@
+//! The inspector page's HTML: the whole page at `GET /`, and its status
+//! part alone, which the page's script fetches again every second.
+//!
+//! Pure: a [`Sample`] in, HTML text out, through the same [`StatusView`]
+//! as `/status`, so the page and the JSON never disagree. Everything a
+//! manifest, an MCP server, main_server or a handler wrote (names,
+//! descriptions, errors, paths) is untrusted and goes through [`esc`];
+//! the page carries no inline script or style (its Content-Security-Policy
+//! forbids both), only links to `/inspector.js` and `/inspector.css`. The
+//! status part is complete HTML, so it reads without JavaScript.
+
+use std::fmt::Write as _;
+
+use super::sample::Sample;
+use super::view::{StateView, StatusView, ToolView, build};
+use crate::mcp::ServerStatus;
+
+/// The whole page. `token` is the per-process secret the call endpoint
+/// requires; `None` leaves the form out (the page then only shows).
+pub(crate) fn render_page(sample: &Sample, token: Option<&str>) -> String {
+    let view = build(sample);
+    let mut out = String::with_capacity(8 * 1024);
+    let _ = write!(
+        out,
+        r#"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="neko-token" content="{token}">
+<title>neko-sidecar · {source}</title>
+<link rel="stylesheet" href="/inspector.css">
+<script src="/inspector.js" defer></script>
+</head>
+<body>
+<header><h1>neko-sidecar</h1><span class="hint">source <code>{source}</code> · version {version} · up since {started} · <span id="live">live</span></span></header>
+<main>
+<section id="status" aria-live="polite">
+{status}</section>
+<section id="try">
+<h2>Try a tool</h2>
+<noscript><p>Calling a tool from this page needs JavaScript; <code>neko-sidecar call TOOL --args JSON</code> does the same in a terminal.</p></noscript>
+{form}
+</section>
+</main>
+</body>
+</html>
+"#,
+        token = esc(token.unwrap_or("")),
+        source = esc(&view.source),
+        version = esc(&view.version),
+        started = esc(&view.started_at),
+        status = render_view(sample, &view),
+        form = if token.is_some() {
+            FORM
+        } else {
+            "<p class=\"bad\">This sidecar had no randomness for the page's token, so the page cannot call tools; use <code>neko-sidecar call</code>.</p>"
+        },
+    );
+    out
+}
+
+/// The form's fixed frame; the script fills the tool list and the fields
+/// from each tool's schema (`/ui/tools`).
+const FORM: &str = r#"<form id="call-form" hidden>
+<p><label>Tool <select id="tool"></select></label> <span id="tool-target" class="hint"></span></p>
+<p id="tool-description" class="hint"></p>
+<p class="mode"><label><input type="radio" name="mode" value="form" checked> Form</label> <label><input type="radio" name="mode" value="json"> Raw JSON</label></p>
+<div id="fields"></div>
+<textarea id="raw" rows="8" spellcheck="false" hidden></textarea>
+<p id="form-error" class="bad" hidden></p>
+<p><label><input type="checkbox" id="skip-check"> Call even when the arguments do not match the schema (to see what the model reads then)</label></p>
+<p><button type="submit" id="call">Call</button></p>
+</form>
+<div id="result" hidden>
+<h3 id="result-title">What the model reads</h3>
+<pre id="model-text"></pre>
+<p id="result-meta" class="hint"></p>
+<details><summary>Raw answer of the callback</summary><pre id="raw-answer"></pre></details>
+</div>
+"#;
+
+/// The status part alone, as the script fetches it.
+pub(crate) fn render_status(sample: &Sample) -> String {
+    render_view(sample, &build(sample))
+}
+
+fn render_view(sample: &Sample, v: &StatusView) -> String {
+    let mut out = String::with_capacity(4 * 1024);
+    let ms = &v.main_server;
+    let registered = v
+        .tools
+        .iter()
+        .filter(|t| matches!(t.state, StateView::Registered))
+        .count();
+    // The banner: what is wrong now, and only while it is.
+    match ms.reachable {
+        Some(false) => {
+            let _ = writeln!(
+                out,
+                r#"<p class="banner bad" id="banner">main_server does not answer ({} failed attempts): {}</p>"#,
+                ms.failed_attempts,
+                esc(ms.last_error.as_deref().unwrap_or("unknown error"))
+            );
+        }
+        None => {
+            out.push_str(
+                "<p class=\"banner warn\" id=\"banner\">main_server not reached yet</p>\n",
+            );
+        }
+        Some(true) if registered < v.tools.len() && ms.last_loss_at.is_some() => {
+            let _ = writeln!(
+                out,
+                r#"<p class="banner warn" id="banner">main_server lost our tools at {} (a restart or an eviction); registering them again: {registered} of {} registered</p>"#,
+                esc(ms.last_loss_at.as_deref().unwrap_or("")),
+                v.tools.len()
+            );
+        }
+        Some(true) => {}
+    }
+    let answers = match ms.reachable {
+        Some(true) => format!(
+            "<span class=\"ok\">yes</span>, last contact {}",
+            esc(ms.last_contact.as_deref().unwrap_or("-"))
+        ),
+        Some(false) => format!(
+            "<span class=\"bad\">no</span>: {}",
+            esc(ms.last_error.as_deref().unwrap_or("unknown error"))
+        ),
+        None => "not reached yet".to_owned(),
+    };
+    let restart = match &ms.last_loss_at {
+        Some(at) => format!(
+            "{}: registered tools went missing (a main_server restart or an eviction; {} time{} since start)",
+            esc(at),
+            v.engine.loss_events,
+            if v.engine.loss_events == 1 { "" } else { "s" }
+        ),
+        None => "never".to_owned(),
+    };
+    let ready = if v.ready {
+        "<span class=\"ok\">ready</span>".to_owned()
+    } else {
+        let reasons: Vec<String> = v.not_ready.iter().map(|r| esc(r)).collect();
+        format!(
+            "<span class=\"bad\">not ready</span>: {}",
+            reasons.join("; ")
+        )
+    };
+    let _ = write!(
+        out,
+        r#"<h2>main_server</h2>
+<dl class="facts">
+<dt>URL</dt><dd><code>{url}</code></dd>
+<dt>Answers</dt><dd id="ms-answers">{answers}</dd>
+<dt>Last restart seen</dt><dd id="ms-restart">{restart}</dd>
+<dt>Registered</dt><dd id="ms-registered">{registered} of {total} tools · {ready}</dd>
+</dl>
+"#,
+        url = esc(&ms.url),
+        total = v.tools.len(),
+    );
+    render_tools(&mut out, sample, v);
+    render_mcp(&mut out, &v.mcp_servers);
+    render_manifests(&mut out, v);
+    let _ = writeln!(
+        out,
+        r#"<p class="hint">As of {}.</p>"#,
+        esc(&super::time::rfc3339(sample.now))
+    );
+    out
+}
+
+fn render_tools(out: &mut String, sample: &Sample, v: &StatusView) {
+    out.push_str("<h2>Tools</h2>\n");
+    if v.tools.is_empty() {
+        out.push_str("<p>No tools: no manifest declares one, and no MCP server offers one.</p>\n");
+        return;
+    }
+    out.push_str(
+        "<table id=\"tools\"><thead><tr><th>Tool</th><th>State</th><th>Role</th><th>Handler</th><th>Declared in</th><th>Last call</th><th>Calls</th><th></th></tr></thead>\n<tbody>\n",
+    );
+    for t in &v.tools {
+        let description = sample
+            .desired
+            .tools
+            .get(&t.name)
+            .map_or("", |d| d.spec.description.as_str());
+        let _ = writeln!(
+            out,
+            r#"<tr data-tool="{name}"><td><strong class="name">{name}</strong><div class="hint desc">{desc}</div></td><td>{state}</td><td>{role}</td><td><code>{target}</code></td><td><code>{declared}</code>{last_good}</td><td class="last">{last}</td><td>{calls}{failures}</td><td><button type="button" class="try" data-try="{name}">Try</button></td></tr>"#,
+            name = esc(&t.name),
+            desc = esc(&shorten(description, 300)),
+            state = state_cell(t),
+            role = t
+                .role
+                .as_deref()
+                .map_or_else(|| "<span class=\"hint\">every role</span>".to_owned(), esc),
+            target = esc(t.target.as_deref().unwrap_or("-")),
+            declared = esc(t.declared_at.as_deref().unwrap_or("-")),
+            last_good = if t.serving_last_good {
+                "<div class=\"warn\">its file is in error now: this is its last good version, kept</div>"
+            } else {
+                ""
+            },
+            last = last_call_cell(t),
+            calls = t.calls,
+            failures = if t.failures > 0 {
+                format!(" <span class=\"bad\">({} failed)</span>", t.failures)
+            } else {
+                String::new()
+            },
+        );
+    }
+    out.push_str("</tbody></table>\n");
+}
+
+fn state_cell(t: &ToolView) -> String {
+    let name = t.state.name();
+    let detail = match &t.state {
+        StateView::Pending | StateView::Registered => String::new(),
+        StateView::Conflict {
+            owner, same_source, ..
+        } => {
+            if *same_source {
+                format!(
+                    "held by another sidecar with our source <code>{}</code>",
+                    esc(owner)
+                )
+            } else {
+                format!("held by <code>{}</code>", esc(owner))
+            }
+        }
+        StateView::Rejected { errors } => format!(
+            "main_server refused it: {}",
+            errors.iter().map(|e| esc(e)).collect::<Vec<_>>().join("; ")
+        ),
+        StateView::WaitingForRole { waiting_for } => match waiting_for {
+            Some(role) => format!("role <code>{}</code> does not exist yet", esc(role)),
+            None => "main_server has no role yet".to_owned(),
+        },
+        StateView::Retrying {
+            attempt,
+            next_attempt_at,
+        } => format!(
+            "attempt {attempt} failed: {}; next at {}",
+            esc(t.last_error.as_deref().unwrap_or("")),
+            esc(next_attempt_at)
+        ),
+    };
+    let class = match &t.state {
+        StateView::Registered => "ok",
+        StateView::Pending | StateView::WaitingForRole { .. } | StateView::Retrying { .. } => {
+            "warn"
+        }
+        StateView::Conflict { .. } | StateView::Rejected { .. } => "bad",
+    };
+    if detail.is_empty() {
+        format!("<span class=\"state {class}\">{name}</span>")
+    } else {
+        format!("<span class=\"state {class}\">{name}</span><div class=\"detail\">{detail}</div>")
+    }
+}
+
+fn last_call_cell(t: &ToolView) -> String {
+    let Some(l) = &t.last_call else {
+        return "<span class=\"hint\">none yet</span>".to_owned();
+    };
+    let how = if l.outcome == "ok" {
+        "<span class=\"ok\">ok</span>".to_owned()
+    } else {
+        format!(
+            "<span class=\"bad\">{}</span>{}",
+            esc(&l.outcome),
+            l.error
+                .as_deref()
+                .map(|e| format!("<div class=\"detail\">{}</div>", esc(&shorten(e, 300))))
+                .unwrap_or_default()
+        )
+    };
+    format!(
+        "{how} <span class=\"hint\">{} ms, {}</span>",
+        l.took_ms,
+        esc(&l.at)
+    )
+}
+
+fn render_mcp(out: &mut String, servers: &[ServerStatus]) {
+    if servers.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<h2>MCP servers</h2>\n<table id=\"mcp\"><thead><tr><th>Server</th><th>Phase</th><th>Protocol</th><th>Transport</th><th>Tools</th><th>Restarts</th><th>Last error</th></tr></thead>\n<tbody>\n",
+    );
+    for s in servers {
+        let phase = serde_json::to_value(s.phase)
+            .ok()
+            .and_then(|p| p.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let class = if phase == "ready" { "ok" } else { "warn" };
+        let rejected: Vec<String> = s
+            .rejected
+            .iter()
+            .map(|r| format!("{}: {}", esc(&r.name), esc(&r.reason)))
+            .collect();
+        let _ = writeln!(
+            out,
+            r#"<tr data-server="{name}"><td><strong>{name}</strong></td><td><span class="state {class}">{phase}</span></td><td>{protocol}</td><td><code>{transport}</code></td><td>{offered}{rejected}</td><td>{restarts}</td><td>{error}</td></tr>"#,
+            name = esc(&s.name),
+            protocol = esc(s.protocol.as_deref().unwrap_or("-")),
+            transport = esc(&s.transport),
+            offered = esc(&s.tools.join(", ")),
+            rejected = if rejected.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "<div class=\"bad detail\">not offered: {}</div>",
+                    rejected.join("; ")
+                )
+            },
+            restarts = s.restarts,
+            error = esc(s.last_error.as_deref().unwrap_or("")),
+        );
+    }
+    out.push_str("</tbody></table>\n");
+}
+
+fn render_manifests(out: &mut String, v: &StatusView) {
+    let in_error: Vec<_> = v
+        .manifests
+        .files
+        .iter()
+        .filter(|f| f.health != "ok")
+        .collect();
+    if in_error.is_empty() && v.manifests.directories.is_empty() {
+        return;
+    }
+    out.push_str("<h2>Manifest problems</h2>\n<ul id=\"manifest-problems\">\n");
+    for d in &v.manifests.directories {
+        let _ = writeln!(out, "<li><pre>{}</pre></li>", esc(&d.text));
+    }
+    for f in in_error {
+        let kept = if f.serving_last_good {
+            format!(
+                " (its last good tools are kept: {})",
+                esc(&f.tools.join(", "))
+            )
+        } else {
+            String::new()
+        };
+        let diags: Vec<String> = f.diagnostics.iter().map(|d| esc(&d.text)).collect();
+        let _ = writeln!(
+            out,
+            "<li><code>{}</code>{kept}<pre>{}</pre></li>",
+            esc(&f.path),
+            diags.join("\n")
+        );
+    }
+    out.push_str("</ul>\n");
+}
+
+/// `s` cut to `max` characters, marked with an ellipsis when cut.
+fn shorten(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_owned();
+    }
+    let mut cut: String = s.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// Text as HTML text or a quoted attribute value: nothing in it can open a
+/// tag, end an attribute or start an entity.
+pub(crate) fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use super::*;
+    use crate::admin::view::tests::sample_with;
+    use crate::registration::ToolState;
+
+    #[test]
+    fn markup_in_untrusted_text_stays_text() {
+        assert_eq!(
+            esc(r#"<script>alert("x")</script> & 'y'"#),
+            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;"
+        );
+        let mut s = sample_with(&["a"]);
+        s.registration.tools.get_mut("a").unwrap().state = ToolState::Retrying {
+            last_error: "<img src=x onerror=alert(1)>".into(),
+            attempt: 2,
+            next_attempt_at: SystemTime::UNIX_EPOCH,
+        };
+        s.main_server_url = "http://x/\"><script>alert(1)</script>".into();
+        let page = render_page(&s, Some("tok\"><script>"));
+        assert!(!page.contains("<img"), "{page}");
+        assert!(
+            page.contains("&lt;img src=x onerror=alert(1)&gt;"),
+            "{page}"
+        );
+        // The only script is the page's own file, and no inline handler.
+        assert_eq!(page.matches("<script").count(), 1, "{page}");
+        assert!(page.contains(r#"<script src="/inspector.js" defer></script>"#));
+        assert!(!page.contains("onerror=alert(1)>"));
+        assert!(!page.contains(" style="));
+    }
+
+    #[test]
+    fn every_tool_is_listed_with_its_state_handler_and_file() {
+        let mut s = sample_with(&["alpha", "beta"]);
+        s.registration.tools.get_mut("beta").unwrap().state = ToolState::Conflict {
+            owner: "plugin:other".into(),
+            callback_url: None,
+            same_source: false,
+        };
+        let html = render_status(&s);
+        assert!(html.contains(r#"<tr data-tool="alpha">"#), "{html}");
+        assert!(html.contains("http http://127.0.0.1:9/alpha"), "{html}");
+        assert!(html.contains("/m/tools.toml:1:1"), "{html}");
+        assert!(html.contains("held by <code>plugin:other</code>"), "{html}");
+        assert!(html.contains("main_server not reached yet"), "{html}");
+        assert!(html.contains("none yet"), "{html}");
+    }
+
+    #[test]
+    fn the_page_without_a_token_has_no_form() {
+        let s = sample_with(&["a"]);
+        assert!(render_page(&s, Some("t0k")).contains(r#"<form id="call-form""#));
+        let page = render_page(&s, None);
+        assert!(!page.contains("<form"), "{page}");
+        assert!(page.contains("cannot call tools"));
+    }
+}
