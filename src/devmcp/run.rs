@@ -22,6 +22,9 @@ pub(crate) async fn run_cli(args: DevMcpArgs) -> Result<(), DevMcpError> {
         legacy: args.legacy,
         long_name: args.long_name,
         bad_schema: args.bad_schema,
+        first_answer_delay: args
+            .first_answer_delay_ms
+            .map(std::time::Duration::from_millis),
     };
     let shutdown = CancellationToken::new();
     let signals = cancel_on_signals(shutdown.clone())?;
