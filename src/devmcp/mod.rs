@@ -3,9 +3,10 @@
 //! (`neko-sidecar dev-mcp`). Its tools exercise every kind of answer (text,
 //! structured, images, audio, resource links and embedded resources, tool
 //! errors, JSON-RPC errors, a call that never ends) and the protocol's moving
-//! parts: paged `tools/list`, `list_changed`, cancellation, and both
+//! parts: paged `tools/list`, `list_changed`, cancellation, both
 //! lifecycles (2026-07-28 `server/discover`, or with `legacy` a server of the
-//! 2025-11-25 generation that only knows `initialize`).
+//! 2025-11-25 generation that only knows `initialize`), and a slow start
+//! (`first_answer_delay`).
 //!
 //! It is built on rmcp's server side: rmcp frames JSON-RPC and runs the
 //! lifecycle on stdio (`serve_stdio`, `DevMcp::serve_io`) or Streamable
