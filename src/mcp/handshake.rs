@@ -17,11 +17,12 @@
 //! What was learnt ([`Generation`]) is kept by the session for the
 //! server's later starts and forgotten with its table, so a known older
 //! server gets `initialize` at once: a restart costs one start of the
-//! server, never two. A server that answered nothing to `server/discover`
-//! within the budget (or closed the connection without answering: some
-//! older servers drop or die on a method they do not know) is tried with
-//! `initialize` at its next start, and with `server/discover` again if that
-//! gets no answer either.
+//! server, never two. A server never heard from that answers nothing to
+//! `server/discover` within the budget (or closes the connection without
+//! answering: some older servers drop or die on a method they do not know)
+//! is started afresh for `initialize` too, and keeps getting `initialize`
+//! first if that works; if `initialize` gets no answer either, the next
+//! start begins with `server/discover` again.
 //!
 //! Nothing here starts a process or knows a URL: the caller opens and
 //! closes connections.
@@ -175,6 +176,7 @@ where
     Close: FnMut(C) -> CloseFut,
     CloseFut: Future<Output = String>,
 {
+    let at_start = *known;
     let mut tried = known.first_try();
     let mut earlier: Option<String> = None;
     loop {
@@ -202,21 +204,29 @@ where
                 format!("no answer to {} in {}", tried.method(), seconds(budget)),
             ),
         };
-        let before = *known;
         *known = known.after(tried, outcome);
         let how = close(conn).await;
         let why = format!("{why}{how}");
-        if outcome == Outcome::OlderAnswer {
-            // At once, on a fresh connection: see the module's comment.
-            tracing::info!(
-                mcp_server = %server,
-                "the MCP server does not know server/discover (it speaks 2025-11-25 or earlier): starting it again for initialize"
-            );
+        if tried == Try::Discover && known.first_try() == Try::Initialize {
+            // At once, on a fresh connection (see the module's comment),
+            // within this start, so that `check --probe` sees what `run`
+            // would make of the server.
+            if outcome == Outcome::OlderAnswer {
+                tracing::info!(
+                    mcp_server = %server,
+                    "the MCP server does not know server/discover (it speaks 2025-11-25 or earlier): starting it again for initialize"
+                );
+            } else {
+                tracing::info!(
+                    mcp_server = %server,
+                    "the MCP server did not answer server/discover ({why}): starting it again for initialize"
+                );
+            }
             earlier = Some(why);
             tried = Try::Initialize;
             continue;
         }
-        let next = match (before == *known, known.first_try()) {
+        let next = match (at_start.first_try() == known.first_try(), known.first_try()) {
             (false, Try::Initialize) => "; the next start tries initialize",
             (false, Try::Discover) => "; the next start tries server/discover",
             (true, _) => "",

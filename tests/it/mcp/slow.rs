@@ -139,18 +139,25 @@ async fn check_probe_agrees_with_run_on_a_slow_server_within_and_past_its_budget
         "{stdout}"
     );
 
-    // Past it: the probe fails with the error the daemon reports.
+    // Past it, at both starts: the probe fails with the error the daemon
+    // reports.
     let past = slow_stdio("late", false, "startup_timeout_seconds = 1");
     let out = probe(&past).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    let said = "the handshake failed: no answer to server/discover in 1 s";
-    assert!(stdout.contains(said), "{stdout}");
+    // Each part followed by how its process ended.
+    let said = [
+        "the handshake failed: no answer to server/discover in 1 s; the process ",
+        "; then no answer to initialize in 1 s; the process ",
+    ];
+    assert!(said.iter().all(|p| stdout.contains(p)), "{stdout}");
 
     let rig = Rig::start(&past).await;
     let s = rig
         .wait_server("late", "the same error under run", |s| {
-            s.last_error.as_deref().is_some_and(|e| e.contains(said))
+            s.last_error
+                .as_deref()
+                .is_some_and(|e| said.iter().all(|p| e.contains(p)))
         })
         .await;
     assert_eq!(s.phase, Phase::Starting, "{s:#?}");
