@@ -132,7 +132,7 @@ pub(crate) async fn probe(desired: &DesiredState) -> (String, bool) {
         let _ = writeln!(out, "probe: no MCP server to probe");
         return (out, true);
     }
-    let statuses = crate::mcp::McpServers::probe(desired, PROBE_WAIT).await;
+    let statuses = crate::mcp::McpServers::probe(desired, probe_wait(desired)).await;
     let mut ok = true;
     for st in &statuses {
         let Some(spec) = desired.mcp_servers.get(&st.name) else {
@@ -192,7 +192,18 @@ pub(crate) async fn probe(desired: &DesiredState) -> (String, bool) {
     (out, ok)
 }
 
-/// How long `check --probe` waits for each server's first listing: past
-/// the sessions' handshake timeout (120 s, for a first `npx -y` that
-/// downloads its server), so a slow start is reported as what it is.
-const PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(150);
+/// How long `check --probe` waits for the servers' first listings: past
+/// the longest start one may take (two handshakes, each with its whole
+/// `startup_timeout_seconds`, when an older server is started again for
+/// `initialize`; then its listing, 20 s at most), so a slow start ends as
+/// the session's own success or error, as under `run`, and never as a
+/// probe that gave up first.
+fn probe_wait(desired: &DesiredState) -> std::time::Duration {
+    let longest = desired
+        .mcp_servers
+        .values()
+        .map(|s| s.startup_timeout())
+        .max()
+        .unwrap_or_default();
+    2 * longest + std::time::Duration::from_secs(30)
+}

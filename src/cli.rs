@@ -147,4 +147,8 @@ pub struct DevMcpArgs {
     /// Also list a tool whose input schema is not valid JSON Schema.
     #[arg(long)]
     pub bad_schema: bool,
+    /// Answer nothing for MS milliseconds after starting (no input read on
+    /// stdio, no connection taken over HTTP), as a server that starts slowly.
+    #[arg(long, value_name = "MS")]
+    pub first_answer_delay_ms: Option<u64>,
 }

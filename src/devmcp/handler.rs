@@ -92,6 +92,10 @@ impl DevMcp {
         }
     }
 
+    pub(super) fn options(&self) -> &DevMcpOptions {
+        &self.shared.opts
+    }
+
     /// The counters, updated as they change (`wait_for` them with a timeout).
     pub fn stats(&self) -> watch::Receiver<Stats> {
         self.shared.stats.subscribe()

@@ -3,9 +3,10 @@
 //! (`neko-sidecar dev-mcp`). Its tools exercise every kind of answer (text,
 //! structured, images, audio, resource links and embedded resources, tool
 //! errors, JSON-RPC errors, a call that never ends) and the protocol's moving
-//! parts: paged `tools/list`, `list_changed`, cancellation, and both
+//! parts: paged `tools/list`, `list_changed`, cancellation, both
 //! lifecycles (2026-07-28 `server/discover`, or with `legacy` a server of the
-//! 2025-11-25 generation that only knows `initialize`).
+//! 2025-11-25 generation that only knows `initialize`), and a slow start
+//! (`first_answer_delay`).
 //!
 //! It is built on rmcp's server side: rmcp frames JSON-RPC and runs the
 //! lifecycle on stdio (`serve_stdio`, `DevMcp::serve_io`) or Streamable
@@ -60,6 +61,12 @@ pub struct DevMcpOptions {
     pub long_name: bool,
     /// Also list [`BAD_SCHEMA_TOOL`], whose input schema is not valid JSON Schema.
     pub bad_schema: bool,
+    /// Answer nothing for this long after starting, as a server does while
+    /// `npx -y` downloads it or Python imports its libraries: on stdio it
+    /// reads no input before then (the client's first message waits in the
+    /// pipe), over HTTP it takes no connection before then (the client's
+    /// first request waits in the listen queue).
+    pub first_answer_delay: Option<Duration>,
 }
 
 /// Why serving ended other than by shutdown or the client leaving.
@@ -119,6 +126,9 @@ impl DevMcp {
         R: AsyncRead + Send + Unpin + 'static,
         W: AsyncWrite + Send + Unpin + 'static,
     {
+        if !self.start_slowly(&shutdown).await {
+            return Ok(());
+        }
         // The session's own token: cancelling it must not cancel the caller's.
         let session = shutdown.child_token();
         let input_closed = CancellationToken::new();
@@ -153,6 +163,9 @@ impl DevMcp {
         shutdown: CancellationToken,
     ) -> Result<(), DevMcpError> {
         let local = listener.local_addr().map_err(DevMcpError::LocalAddr)?;
+        if !self.start_slowly(&shutdown).await {
+            return Ok(());
+        }
         let config = StreamableHttpServerConfig::default()
             // Cancelling it ends every session and open stream, so that
             // axum's graceful shutdown has no connection left to wait for.
@@ -179,6 +192,20 @@ impl DevMcp {
                 shutdown.cancelled().await;
                 tokio::time::sleep(HTTP_DRAIN).await;
             } => Ok(()),
+        }
+    }
+}
+
+impl DevMcp {
+    /// Waits out `first_answer_delay`, if any; false when `shutdown` came
+    /// first.
+    async fn start_slowly(&self, shutdown: &CancellationToken) -> bool {
+        let Some(delay) = self.options().first_answer_delay else {
+            return true;
+        };
+        tokio::select! {
+            () = shutdown.cancelled() => false,
+            () = tokio::time::sleep(delay) => true,
         }
     }
 }

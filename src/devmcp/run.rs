@@ -2,7 +2,8 @@
 //! (what the sidecar spawns) or on Streamable HTTP (`--http ADDR`), until
 //! SIGTERM or SIGINT.
 //!
-//! It says when it is ready: `dev-mcp: ready (pid N)` on stderr, which the
+//! It says when it is ready: `dev-mcp: ready (pid N)` on stderr (with
+//! `--first-answer-delay-ms`, when its first answer will come), which the
 //! sidecar forwards to its log, and with `--http` the URL alone on stdout,
 //! so that a test can bind port 0 and read where it landed. Stdout carries
 //! nothing else: on stdio it is the protocol.
@@ -22,12 +23,15 @@ pub(crate) async fn run_cli(args: DevMcpArgs) -> Result<(), DevMcpError> {
         legacy: args.legacy,
         long_name: args.long_name,
         bad_schema: args.bad_schema,
+        first_answer_delay: args
+            .first_answer_delay_ms
+            .map(std::time::Duration::from_millis),
     };
     let shutdown = CancellationToken::new();
     let signals = cancel_on_signals(shutdown.clone())?;
     let served = match args.http {
         None => {
-            ready();
+            ready(&opts);
             serve_stdio(opts, shutdown).await
         }
         Some(addr) => {
@@ -40,7 +44,7 @@ pub(crate) async fn run_cli(args: DevMcpArgs) -> Result<(), DevMcpError> {
                 .and_then(|()| out.flush())
                 .map_err(DevMcpError::Stdout)?;
             drop(out);
-            ready();
+            ready(&opts);
             serve_http(listener, opts, shutdown).await
         }
     };
@@ -48,8 +52,15 @@ pub(crate) async fn run_cli(args: DevMcpArgs) -> Result<(), DevMcpError> {
     served
 }
 
-fn ready() {
-    eprintln!("dev-mcp: ready (pid {})", std::process::id());
+fn ready(opts: &DevMcpOptions) {
+    match opts.first_answer_delay {
+        Some(d) => eprintln!(
+            "dev-mcp: ready (pid {}); first answer in {} ms",
+            std::process::id(),
+            d.as_millis()
+        ),
+        None => eprintln!("dev-mcp: ready (pid {})", std::process::id()),
+    }
 }
 
 /// SIGTERM and SIGINT cancel `shutdown`.

@@ -16,7 +16,9 @@ use super::load::{
     LoadContext, origin, read_command, read_cwd, read_max_concurrency, read_name, read_role,
     read_timeout,
 };
-use super::{McpServerSpec, McpTransport};
+use super::{
+    DEFAULT_STARTUP_TIMEOUT_SECONDS, MAX_STARTUP_TIMEOUT_SECONDS, McpServerSpec, McpTransport,
+};
 use crate::config::runtime_path;
 use crate::contract::url_host_is_loopback;
 use crate::diag::{Diagnostic, SourceText};
@@ -33,6 +35,7 @@ const KEYS: &[&str] = &[
     "include",
     "exclude",
     "timeout_seconds",
+    "startup_timeout_seconds",
     "role",
     "max_concurrency",
 ];
@@ -97,6 +100,7 @@ pub(super) fn read_mcp_server(
         None => Some(Vec::new()),
     };
     let timeout_seconds = read_timeout(&mut r);
+    let startup_timeout_seconds = read_startup_timeout(&mut r);
     let role = read_role(&mut r);
     let max_concurrency = read_max_concurrency(&mut r);
 
@@ -111,10 +115,31 @@ pub(super) fn read_mcp_server(
         include: include?,
         exclude: exclude?,
         timeout_seconds: timeout_seconds?,
+        startup_timeout_seconds: startup_timeout_seconds?,
         role: role?,
         max_concurrency,
         origin: origin(src, pos),
     })
+}
+
+/// `startup_timeout_seconds` (default 120): in (0, 3600]; `None` after an
+/// error. The default leaves a first `npx -y` or `uvx` time to download its
+/// server; a server that fetches a model at its first start may need more.
+fn read_startup_timeout(r: &mut TableReader<'_, '_>) -> Option<f64> {
+    const KEY: &str = "startup_timeout_seconds";
+    match r.number(KEY) {
+        Some((t, sp)) if t <= 0.0 || t > MAX_STARTUP_TIMEOUT_SECONDS => {
+            let msg = format!(
+                "`{KEY}` of {} is {t}: allowed values are greater than 0 and at most {MAX_STARTUP_TIMEOUT_SECONDS} (how long the server may take to answer its first message)",
+                r.what
+            );
+            r.error(&sp, msg);
+            None
+        }
+        Some((t, _)) => Some(t),
+        None if r.get(KEY).is_some() => None,
+        None => Some(DEFAULT_STARTUP_TIMEOUT_SECONDS),
+    }
 }
 
 /// `command` (with `cwd` and `env`) or `url` (with `headers`): exactly one.

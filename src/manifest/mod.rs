@@ -149,13 +149,26 @@ pub struct McpServerSpec {
     pub exclude: Vec<String>,
     /// As for `[[tool]]`: each tool's registered timeout and our deadline.
     pub timeout_seconds: f64,
+    /// How long one start may take to answer its handshake (each protocol
+    /// generation tried gets it whole).
+    pub startup_timeout_seconds: f64,
     pub role: Option<String>,
     /// At most this many calls at once on this server, across its tools.
     pub max_concurrency: Option<NonZeroUsize>,
     pub origin: Origin,
 }
 
+/// `startup_timeout_seconds` when the table has none.
+pub(crate) const DEFAULT_STARTUP_TIMEOUT_SECONDS: f64 = 120.0;
+/// The largest `startup_timeout_seconds` allowed: an hour.
+pub(crate) const MAX_STARTUP_TIMEOUT_SECONDS: f64 = 3600.0;
+
 impl McpServerSpec {
+    /// How long one start may take to answer its handshake.
+    pub(crate) fn startup_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.startup_timeout_seconds)
+    }
+
     /// Whether the MCP tool `name` is offered (after include/exclude).
     pub(crate) fn offers(&self, name: &str) -> bool {
         self.include

@@ -13,6 +13,7 @@
 //! tool keeps its `Arc`.
 
 pub(crate) mod answer;
+mod handshake;
 mod process;
 mod session;
 pub(crate) mod tools;

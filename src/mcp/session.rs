@@ -14,9 +14,9 @@ use std::time::{Duration, SystemTime};
 
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, Implementation,
-    PingRequest, ProtocolVersion, ServerNotification, SubscriptionFilter,
+    PingRequest, ServerNotification, SubscriptionFilter,
 };
-use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
+use rmcp::service::RunningService;
 use rmcp::{ClientHandler, Peer, RoleClient};
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
@@ -24,6 +24,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::handshake::{Generation, Handshake, handshake};
 use super::process::{self, ServerProcess};
 use super::tools::{Listed, Rejected};
 use crate::backoff::{BackoffPolicy, Jitter, Retry};
@@ -37,10 +38,6 @@ const PING_INTERVAL: Duration = Duration::from_secs(30);
 /// A server that answers neither a listing nor a ping in this long is
 /// taken as hung, and started again.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
-/// The handshake may take longer: a first `npx -y …` downloads the server
-/// before it can answer, and cutting it short would start the download
-/// over at every retry.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Listed again at least this often when the server gives no time to live,
 /// so a server that changes its tools without saying so is still followed.
 const DEFAULT_RELIST: Duration = Duration::from_secs(300);
@@ -148,6 +145,9 @@ pub(crate) struct Session {
     stop: CancellationToken,
     /// By when a stop must be done; set before `stop` is cancelled.
     stop_by: Mutex<Option<Instant>>,
+    /// The protocol generation the server spoke, for its restarts; a
+    /// changed table makes a new session, which probes afresh.
+    generation: Mutex<Generation>,
 }
 
 impl Session {
@@ -181,6 +181,7 @@ impl Session {
             hub,
             stop: CancellationToken::new(),
             stop_by: Mutex::new(None),
+            generation: Mutex::new(Generation::Unknown),
         })
     }
 
@@ -327,47 +328,67 @@ impl Session {
     /// ended.
     async fn serve_once(&self) -> Result<(), String> {
         let changed = Arc::new(Notify::new());
-        let handler = Listener {
+        let handler = || Listener {
             changed: changed.clone(),
         };
-        let lifecycle = ClientLifecycleMode::Auto {
-            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            legacy_version: None,
-        };
+        let budget = self.spec.startup_timeout();
+        // A copy: the lock is not held across the handshake's awaits.
+        let mut known = *lock(&self.generation);
         let (running, mut process): (RunningService<RoleClient, Listener>, Option<ServerProcess>) =
             match &self.spec.transport {
                 McpTransport::Stdio { command, cwd, env } => {
-                    let (proc, stdout, stdin) = process::spawn(&self.spec.name, command, cwd, env)
-                        .map_err(|e| format!("cannot start `{}`: {e}", command[0]))?;
-                    let pid = proc.id();
-                    self.update(|s| s.pid = pid);
-                    let handshake = handler.serve_with_lifecycle((stdout, stdin), lifecycle);
-                    match self.answer_in_time(handshake).await {
-                        Some(Ok(r)) => (r, Some(proc)),
-                        Some(Err(e)) => {
-                            let how = proc.stop(Instant::now() + Duration::from_secs(1)).await;
-                            return Err(format!("the handshake failed ({e}); the process {how}"));
-                        }
-                        None => {
-                            proc.stop(self.stop_deadline()).await;
-                            return if self.stop.is_cancelled() {
-                                Ok(())
-                            } else {
-                                Err("no answer to the handshake".into())
-                            };
-                        }
+                    let open = || {
+                        let spawned = process::spawn(&self.spec.name, command, cwd, env)
+                            .map_err(|e| format!("cannot start `{}`: {e}", command[0]))
+                            .map(|(proc, stdout, stdin)| {
+                                let pid = proc.id();
+                                self.update(|s| s.pid = pid);
+                                ((stdout, stdin), proc)
+                            });
+                        std::future::ready(spawned)
+                    };
+                    let close = |proc: ServerProcess| async move {
+                        format!("; the process {}", proc.stop(self.close_deadline()).await)
+                    };
+                    let ended = handshake(
+                        &self.spec.name,
+                        &mut known,
+                        budget,
+                        &self.stop,
+                        handler,
+                        open,
+                        close,
+                    )
+                    .await;
+                    *lock(&self.generation) = known;
+                    match ended {
+                        Handshake::Ready { running, conn } => (running, Some(conn)),
+                        Handshake::Failed(e) => return Err(format!("the handshake failed: {e}")),
+                        Handshake::Stopped => return Ok(()),
                     }
                 }
                 McpTransport::Http { url, headers } => {
-                    let transport = http_transport(url, headers)?;
-                    match self
-                        .answer_in_time(handler.serve_with_lifecycle(transport, lifecycle))
-                        .await
-                    {
-                        Some(Ok(r)) => (r, None),
-                        Some(Err(e)) => return Err(format!("cannot connect to {url}: {e}")),
-                        None if self.stop.is_cancelled() => return Ok(()),
-                        None => return Err(format!("no answer to the handshake at {url}")),
+                    // Each try on a session of its own: nothing abandoned
+                    // on one can answer on the next.
+                    let open = || std::future::ready(http_transport(url, headers).map(|t| (t, ())));
+                    let close = |()| std::future::ready(String::new());
+                    let ended = handshake(
+                        &self.spec.name,
+                        &mut known,
+                        budget,
+                        &self.stop,
+                        handler,
+                        open,
+                        close,
+                    )
+                    .await;
+                    *lock(&self.generation) = known;
+                    match ended {
+                        Handshake::Ready { running, .. } => (running, None),
+                        Handshake::Failed(e) => {
+                            return Err(format!("cannot connect to {url}: {e}"));
+                        }
+                        Handshake::Stopped => return Ok(()),
                     }
                 }
             };
@@ -507,12 +528,13 @@ impl Session {
         lock(&self.stop_by).unwrap_or_else(|| Instant::now() + Duration::from_secs(2))
     }
 
-    /// Awaits the handshake `f` unless the stop comes first or it takes
-    /// `HANDSHAKE_TIMEOUT`.
-    async fn answer_in_time<F: Future>(&self, f: F) -> Option<F::Output> {
-        tokio::select! {
-            () = self.stop.cancelled() => None,
-            r = tokio::time::timeout(HANDSHAKE_TIMEOUT, f) => r.ok(),
+    /// By when a connection closed during the handshake must be gone: the
+    /// stop's deadline when stopping, else a second.
+    fn close_deadline(&self) -> Instant {
+        if self.stop.is_cancelled() {
+            self.stop_deadline()
+        } else {
+            Instant::now() + Duration::from_secs(1)
         }
     }
 

@@ -173,6 +173,7 @@ mod tests {
             include: None,
             exclude: Vec::new(),
             timeout_seconds: 30.0,
+            startup_timeout_seconds: 120.0,
             role: None,
             max_concurrency: None,
             origin: Origin {

@@ -9,11 +9,14 @@
 //! list_changed, rejections, both protocol generations, a manifest edit);
 //! `answers`: each kind of result and the deadline; `process`: restarts,
 //! signals and the child's environment; `http`: Streamable HTTP and its
-//! outage; `probe`: `check --probe`; `status`: `/status` and `/metrics`.
+//! outage; `probe`: `check --probe`; `status`: `/status` and `/metrics`;
+//! `slow`: servers slow to give their first answer, both generations, both
+//! transports, under `run` and `check --probe`.
 
 mod answers;
 mod http;
 mod probe;
 mod process;
+mod slow;
 mod status;
 mod stdio;

@@ -1,0 +1,251 @@
+//! The handshake with one MCP server: which protocol generation to try
+//! first, how long to wait for it, what to try when the server turns out to
+//! be older, and what is remembered for its next start.
+//!
+//! rmcp's `ClientLifecycleMode::Auto` gives `server/discover` a fixed 10 s
+//! and then sends `initialize` on the same connection; a server that answers
+//! its first message later than that answers the abandoned discover, and
+//! rmcp takes that answer for the answer to `initialize` and fails, at every
+//! start. So the session never uses `Auto`: it sends `server/discover`
+//! (`Discover` mode) with the whole budget, and when the server answers as
+//! a server of 2025-11-25 and earlier (a JSON-RPC error that is not one of
+//! 2026-07-28's own refusals), it opens a fresh connection (a new process,
+//! a new HTTP session) and sends `initialize` there (`Initialize` mode),
+//! with a whole budget again. Nothing that was abandoned can answer on the
+//! new connection.
+//!
+//! What was learnt ([`Generation`]) is kept by the session for the
+//! server's later starts and forgotten with its table, so a known older
+//! server gets `initialize` at once: a restart costs one start of the
+//! server, never two. A server never heard from that answers nothing to
+//! `server/discover` within the budget (or closes the connection without
+//! answering: some older servers drop or die on a method they do not know)
+//! is started afresh for `initialize` too, and keeps getting `initialize`
+//! first if that works; if `initialize` gets no answer either, the next
+//! start begins with `server/discover` again.
+//!
+//! Nothing here starts a process or knows a URL: the caller opens and
+//! closes connections.
+
+use std::time::Duration;
+
+use rmcp::model::{ErrorCode, ProtocolVersion};
+use rmcp::service::{ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RunningService};
+use rmcp::transport::IntoTransport;
+use rmcp::{ClientHandler, RoleClient};
+use tokio_util::sync::CancellationToken;
+
+/// What the session knows of the protocol generation its server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Generation {
+    /// Nothing yet: `server/discover` first.
+    #[default]
+    Unknown,
+    /// `server/discover` got no answer at all: `initialize` next.
+    SilentToDiscover,
+    /// Answered `server/discover` (2026-07-28 and later).
+    Current,
+    /// Said it does not know `server/discover`, or answered `initialize`.
+    Older,
+}
+
+/// The handshake one connection is opened for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Try {
+    Discover,
+    Initialize,
+}
+
+/// How one try ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Connected,
+    /// `server/discover` answered as a server of 2025-11-25 and earlier.
+    OlderAnswer,
+    /// An answer that refused the handshake (a JSON-RPC error to
+    /// `initialize`, a 2026-07-28 refusal, no common version).
+    Refused,
+    /// No answer within the budget, or the connection closed before one.
+    NoAnswer,
+    /// The transport failed (the message could not be sent, HTTP refused).
+    Broken,
+}
+
+impl Generation {
+    /// The handshake a start begins with.
+    pub(crate) fn first_try(self) -> Try {
+        match self {
+            Self::Unknown | Self::Current => Try::Discover,
+            Self::SilentToDiscover | Self::Older => Try::Initialize,
+        }
+    }
+
+    /// What is known after `tried` ended with `outcome`.
+    pub(crate) fn after(self, tried: Try, outcome: Outcome) -> Self {
+        match (tried, outcome) {
+            (Try::Discover, Outcome::Connected) => Self::Current,
+            (Try::Initialize, Outcome::Connected) => Self::Older,
+            (Try::Discover, Outcome::OlderAnswer) => Self::Older,
+            // Silence from a server never heard: perhaps an older one that
+            // ignores what it does not know.
+            (Try::Discover, Outcome::NoAnswer) if self == Self::Unknown => Self::SilentToDiscover,
+            // The guess was wrong, or the server changed (a newer package
+            // that refuses `initialize`): ask it afresh.
+            (Try::Initialize, Outcome::NoAnswer) if self == Self::SilentToDiscover => Self::Unknown,
+            (Try::Initialize, Outcome::Refused) => Self::Unknown,
+            // A known server that is slow, down or refusing stays known.
+            _ => self,
+        }
+    }
+}
+
+impl Try {
+    fn lifecycle(self) -> ClientLifecycleMode {
+        match self {
+            Self::Discover => ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+            Self::Initialize => ClientLifecycleMode::Initialize,
+        }
+    }
+
+    fn method(self) -> &'static str {
+        match self {
+            Self::Discover => "server/discover",
+            Self::Initialize => "initialize",
+        }
+    }
+}
+
+/// What a failed try says of the server.
+fn classify(tried: Try, error: &ClientInitializeError) -> Outcome {
+    match error {
+        // 2026-07-28's own refusals come from a current server; any other
+        // error answer to discover is how an older server says it does not
+        // know the method (-32601, or -32602 from the Python SDK). This is
+        // rmcp's own reading of such an answer in `Auto` mode.
+        ClientInitializeError::JsonRpcError(e)
+            if tried == Try::Discover
+                && !matches!(
+                    e.code,
+                    ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY | ErrorCode::HEADER_MISMATCH
+                ) =>
+        {
+            Outcome::OlderAnswer
+        }
+        ClientInitializeError::ConnectionClosed(_) => Outcome::NoAnswer,
+        ClientInitializeError::TransportError { .. } => Outcome::Broken,
+        _ => Outcome::Refused,
+    }
+}
+
+/// How a handshake ended.
+pub(crate) enum Handshake<H: ClientHandler, C> {
+    /// Connected, on the connection `conn` opened for it.
+    Ready {
+        running: RunningService<RoleClient, H>,
+        conn: C,
+    },
+    /// Why not, in words; the connections opened were closed.
+    Failed(String),
+    /// `stop` came first; the connection in hand was closed.
+    Stopped,
+}
+
+/// The handshake with the server named `server`: each try on a connection of its own from
+/// `open` (a transport, and what `close` needs to end it), each with
+/// `budget`, until connected, refused, out of time, or `stop`. `known` is
+/// what the session knows of the server, updated with what was learnt;
+/// `close` returns how the connection ended, for the error ("" if
+/// nothing is worth saying).
+pub(crate) async fn handshake<H, C, T, E, A, Open, OpenFut, Close, CloseFut>(
+    server: &str,
+    known: &mut Generation,
+    budget: Duration,
+    stop: &CancellationToken,
+    handler: impl Fn() -> H,
+    mut open: Open,
+    mut close: Close,
+) -> Handshake<H, C>
+where
+    H: ClientHandler,
+    T: IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+    Open: FnMut() -> OpenFut,
+    OpenFut: Future<Output = Result<(T, C), String>>,
+    Close: FnMut(C) -> CloseFut,
+    CloseFut: Future<Output = String>,
+{
+    let at_start = *known;
+    let mut tried = known.first_try();
+    let mut earlier: Option<String> = None;
+    loop {
+        let (transport, conn) = match open().await {
+            Ok(opened) => opened,
+            Err(e) => return Handshake::Failed(with_earlier(earlier, e)),
+        };
+        let attempt = handler().serve_with_lifecycle(transport, tried.lifecycle());
+        let answer = tokio::select! {
+            () = stop.cancelled() => None,
+            answer = tokio::time::timeout(budget, attempt) => Some(answer),
+        };
+        let (outcome, why) = match answer {
+            None => {
+                close(conn).await;
+                return Handshake::Stopped;
+            }
+            Some(Ok(Ok(running))) => {
+                *known = known.after(tried, Outcome::Connected);
+                return Handshake::Ready { running, conn };
+            }
+            Some(Ok(Err(e))) => (classify(tried, &e), format!("{}: {e}", tried.method())),
+            Some(Err(_)) => (
+                Outcome::NoAnswer,
+                format!("no answer to {} in {}", tried.method(), seconds(budget)),
+            ),
+        };
+        *known = known.after(tried, outcome);
+        let how = close(conn).await;
+        let why = format!("{why}{how}");
+        if tried == Try::Discover && known.first_try() == Try::Initialize {
+            // At once, on a fresh connection (see the module's comment),
+            // within this start, so that `check --probe` sees what `run`
+            // would make of the server.
+            if outcome == Outcome::OlderAnswer {
+                tracing::info!(
+                    mcp_server = %server,
+                    "the MCP server does not know server/discover (it speaks 2025-11-25 or earlier): starting it again for initialize"
+                );
+            } else {
+                tracing::info!(
+                    mcp_server = %server,
+                    "the MCP server did not answer server/discover ({why}): starting it again for initialize"
+                );
+            }
+            earlier = Some(why);
+            tried = Try::Initialize;
+            continue;
+        }
+        let next = match (at_start.first_try() == known.first_try(), known.first_try()) {
+            (false, Try::Initialize) => "; the next start tries initialize",
+            (false, Try::Discover) => "; the next start tries server/discover",
+            (true, _) => "",
+        };
+        return Handshake::Failed(with_earlier(earlier, format!("{why}{next}")));
+    }
+}
+
+fn with_earlier(earlier: Option<String>, last: String) -> String {
+    match earlier {
+        Some(e) => format!("{e}; then {last}"),
+        None => last,
+    }
+}
+
+/// "120 s", "2.5 s".
+fn seconds(d: Duration) -> String {
+    format!("{} s", d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests;
