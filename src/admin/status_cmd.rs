@@ -123,6 +123,18 @@ pub(crate) fn render_status(v: &StatusView) -> String {
             }
         }
     }
+    let unbridged: Vec<_> = v
+        .manifests
+        .files
+        .iter()
+        .flat_map(|f| f.not_bridged.iter())
+        .collect();
+    if !unbridged.is_empty() {
+        out.push_str("\nMCP servers not bridged (imported, never started):\n");
+        for u in unbridged {
+            let _ = writeln!(out, "  {} ({}, {}): {}", u.name, u.transport, u.at, u.reason);
+        }
+    }
     let problems: Vec<&str> = v
         .manifests
         .files
@@ -269,6 +281,7 @@ mod tests {
             since: "2025-01-01T00:00:00Z".into(),
             serving_last_good: false,
             tools: vec![],
+            not_bridged: vec![],
             diagnostics: vec![DiagnosticView {
                 severity: "error".into(),
                 path: "/m/bad.toml".into(),

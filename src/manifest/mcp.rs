@@ -59,43 +59,12 @@ pub(super) fn read_mcp_server(
 
     let transport = read_transport(&mut r, base, ctx);
 
-    let prefix = match r.string("prefix") {
-        Some((p, sp)) => {
-            let ok = p
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-            if !ok || p.len() > 63 {
-                let msg = format!(
-                    "`prefix` \"{p}\" of {} is not allowed: use at most 63 characters from A-Z a-z 0-9 _ . - (it starts every tool name, which main_server puts in URL paths)",
-                    r.what
-                );
-                r.error(&sp, msg);
-                None
-            } else {
-                Some(p)
-            }
-        }
+    let prefix = match read_prefix(&mut r) {
+        Some(p) => Some(p),
         None if r.get("prefix").is_some() => None,
         None => name.as_ref().map(|n| format!("{n}_")),
     };
-    let include = match r.string_array("include") {
-        Some((list, sp)) if list.is_empty() => {
-            let msg = format!(
-                "`include` of {} is empty, which would offer no tool: list the MCP tools to offer, or omit the key to offer them all",
-                r.what
-            );
-            r.error(&sp, msg);
-            None
-        }
-        Some((list, _)) => Some(Some(list.into_iter().map(|(s, _)| s).collect())),
-        None if r.get("include").is_some() => None,
-        None => Some(None),
-    };
-    let exclude = match r.string_array("exclude") {
-        Some((list, _)) => Some(list.into_iter().map(|(s, _)| s).collect()),
-        None if r.get("exclude").is_some() => None,
-        None => Some(Vec::new()),
-    };
+    let (include, exclude) = read_filters(&mut r);
     let timeout_seconds = read_timeout(&mut r);
     let role = read_role(&mut r);
     let max_concurrency = read_max_concurrency(&mut r);
@@ -115,6 +84,51 @@ pub(super) fn read_mcp_server(
         max_concurrency,
         origin: origin(src, pos),
     })
+}
+
+/// `prefix`, when given and valid.
+pub(super) fn read_prefix(r: &mut TableReader<'_, '_>) -> Option<String> {
+    let (p, sp) = r.string("prefix")?;
+    let ok = p
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if !ok || p.len() > 63 {
+        let msg = format!(
+            "`prefix` \"{p}\" of {} is not allowed: use at most 63 characters from A-Z a-z 0-9 _ . - (it starts every tool name, which main_server puts in URL paths)",
+            r.what
+        );
+        r.error(&sp, msg);
+        None
+    } else {
+        Some(p)
+    }
+}
+
+/// `include` (`Some(None)` when absent) and `exclude` (empty when
+/// absent); `None` after an error.
+#[allow(clippy::type_complexity)]
+pub(super) fn read_filters(
+    r: &mut TableReader<'_, '_>,
+) -> (Option<Option<Vec<String>>>, Option<Vec<String>>) {
+    let include = match r.string_array("include") {
+        Some((list, sp)) if list.is_empty() => {
+            let msg = format!(
+                "`include` of {} is empty, which would offer no tool: list the MCP tools to offer, or omit the key to offer them all",
+                r.what
+            );
+            r.error(&sp, msg);
+            None
+        }
+        Some((list, _)) => Some(Some(list.into_iter().map(|(s, _)| s).collect())),
+        None if r.get("include").is_some() => None,
+        None => Some(None),
+    };
+    let exclude = match r.string_array("exclude") {
+        Some((list, _)) => Some(list.into_iter().map(|(s, _)| s).collect()),
+        None if r.get("exclude").is_some() => None,
+        None => Some(Vec::new()),
+    };
+    (include, exclude)
 }
 
 /// `command` (with `cwd` and `env`) or `url` (with `headers`): exactly one.
