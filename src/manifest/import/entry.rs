@@ -121,7 +121,7 @@ pub(crate) fn read_entry(
             let url = e.string("url").map(|(u, _)| u).unwrap_or_default();
             Some(EntryKind::NotBridged {
                 transport: format!("sse {url}"),
-                reason: "it uses the legacy HTTP+SSE transport (MCP 2024-11-05), for which rmcp, the sidecar's MCP library, has no client; if the server also serves Streamable HTTP (most do, often at /mcp), point an [[mcp_server]] with `url` at that endpoint".to_string(),
+                reason: "it uses the legacy HTTP+SSE transport (MCP 2024-11-05), for which rmcp, the sidecar's MCP library, has no client; if the server also serves Streamable HTTP (current servers do, often at /mcp), give that transport and URL in its entry".to_string(),
             })
         }
         other => {

@@ -37,7 +37,17 @@ use crate::config::absolutize;
 use crate::diag::{Diagnostic, SourceText};
 use crate::tomldoc::{self, TableReader};
 
-const KEYS: &[&str] = &["path", "servers", "role", "timeout_seconds", "max_concurrency"];
+/// Besides `path` and `servers`, settings for every server of the file
+/// (a server's own overrides win).
+const KEYS: &[&str] = &[
+    "path",
+    "servers",
+    "include",
+    "exclude",
+    "role",
+    "timeout_seconds",
+    "max_concurrency",
+];
 const OVERRIDE_KEYS: &[&str] = &[
     "enabled",
     "prefix",

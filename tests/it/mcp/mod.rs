@@ -13,6 +13,7 @@
 
 mod answers;
 mod http;
+mod import;
 mod probe;
 mod process;
 mod status;
