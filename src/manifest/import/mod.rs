@@ -176,13 +176,11 @@ pub(crate) fn read_import(
     }
     let (raw, path_span) = path?;
     let file = import_path(base, &raw);
-    let listed = read_list(&file, &raw, &path_span, &mut r);
-    let errors_now = r.diags.iter().filter(|d| d.is_error()).count();
-    let (text, list_kind) = listed?;
-    if errors_now > errors_before {
-        return None;
-    }
-    let defaults = defaults?;
+    let (text, list_kind) = read_list(&file, &raw, &path_span, &mut r)?;
+    // Bad overrides fail the import, but the file is read all the same,
+    // so that its own problems are reported in the same run.
+    let mut ok = diags.iter().filter(|d| d.is_error()).count() == errors_before;
+    let defaults = defaults.unwrap_or_default();
 
     // The imported file's own problems are located in it and sorted at
     // this [[mcp_import]].
@@ -202,21 +200,13 @@ pub(crate) fn read_import(
         workspace: Vars::workspace_of(&file),
     };
     let mut out = Imported::default();
-    let mut ok = true;
     for (name, key_span, node) in &entries {
         let o = per_server
             .iter()
             .find(|(n, _, _)| n == name)
             .map(|(_, _, o)| o.clone());
-        let o = match o {
-            Some(Some(o)) => o,
-            // Its overrides were in error, already reported.
-            Some(None) => {
-                ok = false;
-                continue;
-            }
-            None => Overrides::default(),
-        };
+        // Overrides in error were reported (and failed the import).
+        let o = o.flatten().unwrap_or_default();
         if o.enabled == Some(false) {
             continue;
         }
