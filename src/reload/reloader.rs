@@ -127,11 +127,7 @@ impl Reloader {
         let (force_tx, force_rx) = mpsc::channel(8);
         let dirty = Arc::new(Notify::new());
         let dir_watch = if settings.watch_events {
-            match DirWatch::new(
-                &set.source().dirs,
-                set.watched_files(),
-                Arc::clone(&dirty),
-            ) {
+            match DirWatch::new(&set.source().dirs, set.watched_files(), Arc::clone(&dirty)) {
                 Ok(w) => Some(w),
                 Err(e) => {
                     tracing::warn!(

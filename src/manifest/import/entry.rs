@@ -29,7 +29,10 @@ pub(crate) enum EntryKind {
     Bridged(McpTransport),
     /// A server the sidecar cannot reach, with its transport ("sse URL")
     /// and why: reported, never started.
-    NotBridged { transport: String, reason: String },
+    NotBridged {
+        transport: String,
+        reason: String,
+    },
 }
 
 /// What `${...}` resolves from: the environment (injected, for tests),
@@ -84,9 +87,7 @@ pub(crate) fn read_entry(
     }
     let kind = match (e.node.get("type"), e.node.get("transport")) {
         (Some(t), Some(_)) => {
-            let msg = format!(
-                "MCP server `{name}` has both `type` and `transport`: keep one"
-            );
+            let msg = format!("MCP server `{name}` has both `type` and `transport`: keep one");
             e.error(&t.span, msg);
             return None;
         }
@@ -340,10 +341,7 @@ impl EntryReader<'_, '_> {
     fn http(&mut self, ctx: &LoadContext) -> Option<EntryKind> {
         let Some((url, sp)) = self.string("url") else {
             if self.node.get("url").is_none() {
-                let msg = format!(
-                    "MCP server `{}` uses HTTP but has no `url`",
-                    self.name
-                );
+                let msg = format!("MCP server `{}` uses HTTP but has no `url`", self.name);
                 self.error(&self.node.span.clone(), msg);
             }
             return None;
@@ -400,13 +398,15 @@ pub(crate) fn expand(text: &str, vars: &Vars<'_>) -> Result<String, String> {
 }
 
 fn resolve(var: &str, vars: &Vars<'_>) -> Result<String, String> {
-    let env_var = |name: &str, default: Option<&str>| match (vars.env)(name) {
+    let env_var = |name: &str, default: Option<&str>| {
+        match (vars.env)(name) {
         Some(v) => Ok(v),
         None => default.map(str::to_string).ok_or_else(|| {
             format!(
                 "the environment variable `{name}` is not set: set it in the sidecar's environment (e.g. Environment= in its systemd unit)"
             )
         }),
+    }
     };
     let is_name = |s: &str| {
         s.bytes()
@@ -478,11 +478,26 @@ mod tests {
     #[test]
     fn an_unresolvable_variable_says_what_to_do() {
         let v = vars();
-        assert!(expand("${NOPE}", &v).unwrap_err().contains("`NOPE` is not set"));
-        assert!(expand("${env:NOPE}", &v).unwrap_err().contains("`NOPE` is not set"));
+        assert!(
+            expand("${NOPE}", &v)
+                .unwrap_err()
+                .contains("`NOPE` is not set")
+        );
+        assert!(
+            expand("${env:NOPE}", &v)
+                .unwrap_err()
+                .contains("`NOPE` is not set")
+        );
         let e = expand("${input:api-key}", &v).unwrap_err();
-        assert!(e.contains("VS Code asks the user") && e.contains("${env:NAME}"), "{e}");
-        assert!(expand("${command:x}", &v).unwrap_err().contains("cannot be resolved"));
+        assert!(
+            e.contains("VS Code asks the user") && e.contains("${env:NAME}"),
+            "{e}"
+        );
+        assert!(
+            expand("${command:x}", &v)
+                .unwrap_err()
+                .contains("cannot be resolved")
+        );
         assert!(expand("${TOKEN", &v).unwrap_err().contains("closing"));
     }
 

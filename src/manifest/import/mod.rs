@@ -137,7 +137,10 @@ pub(crate) fn read_import(
     r.deny_unknown(KEYS);
     let path = match r.string("path") {
         Some((p, sp)) if p.is_empty() => {
-            r.error(&sp, "`path` of this [[mcp_import]] is empty: name the file that lists the MCP servers");
+            r.error(
+                &sp,
+                "`path` of this [[mcp_import]] is empty: name the file that lists the MCP servers",
+            );
             None
         }
         Some((p, sp)) => Some((p, sp)),
@@ -376,7 +379,11 @@ fn parse_list(
     diags: &mut Vec<Diagnostic>,
 ) -> Option<Vec<(String, Range<usize>, Node)>> {
     // A UTF-8 byte order mark (Windows editors write one) is blank.
-    let bom = if src.text.starts_with('\u{feff}') { 3 } else { 0 };
+    let bom = if src.text.starts_with('\u{feff}') {
+        3
+    } else {
+        0
+    };
     let root = match kind {
         ListKind::Json => match node::parse_jsonc(&src.text[bom..]) {
             Ok(mut n) => {
@@ -403,7 +410,10 @@ fn parse_list(
                 .get("mcpServers")
                 .or_else(|| root.get("servers"))
                 .or_else(|| root.get("mcp").and_then(|m| m.get("servers")));
-            (list, "an object `mcpServers` (Claude Desktop, Cursor, N.E.K.O's import) or `servers` (VS Code's .vscode/mcp.json) at the top")
+            (
+                list,
+                "an object `mcpServers` (Claude Desktop, Cursor, N.E.K.O's import) or `servers` (VS Code's .vscode/mcp.json) at the top",
+            )
         }
         ListKind::Toml => (
             root.get("mcp_servers"),

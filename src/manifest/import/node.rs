@@ -166,7 +166,11 @@ impl Parser<'_> {
             Some(b'f') => self.word("false", Value::Bool(false))?,
             Some(b'n') => self.word("null", Value::Null)?,
             Some(b'-' | b'0'..=b'9') => self.number()?,
-            Some(b'\'') => return Err(self.error("a string in single quotes: JSON strings use \"double quotes\"")),
+            Some(b'\'') => {
+                return Err(
+                    self.error("a string in single quotes: JSON strings use \"double quotes\"")
+                );
+            }
             Some(_) => {
                 return Err(self.error(
                     "expected a value (an object, array, string, number, true, false or null)",
@@ -184,9 +188,8 @@ impl Parser<'_> {
             self.pos += word.len();
             Ok(v)
         } else {
-            Err(self.error(
-                "expected a value (an object, array, string, number, true, false or null)",
-            ))
+            Err(self
+                .error("expected a value (an object, array, string, number, true, false or null)"))
         }
     }
 

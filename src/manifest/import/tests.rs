@@ -99,14 +99,19 @@ prefix = "g_"
     assert_eq!(f.mcp_servers.len(), 1);
     let s = server(&f, "files");
     assert_eq!(s.prefix, "f_");
-    assert_eq!(s.include.as_deref(), Some(&["read".to_string(), "list".into()][..]));
+    assert_eq!(
+        s.include.as_deref(),
+        Some(&["read".to_string(), "list".into()][..])
+    );
     assert_eq!(s.exclude, ["list"]);
     assert_eq!(s.timeout_seconds, 60.0);
     assert_eq!(s.role.as_deref(), Some("assistant"));
     assert_eq!(s.max_concurrency.map(|n| n.get()), Some(2));
     let t = texts(&f);
     assert!(
-        t.iter().any(|d| d.contains("m.toml:17:21: warning: `servers.gone` of this [[mcp_import]] names no server")),
+        t.iter().any(|d| d.contains(
+            "m.toml:17:21: warning: `servers.gone` of this [[mcp_import]] names no server"
+        )),
         "{t:#?}"
     );
 }
@@ -131,7 +136,10 @@ fn vscode_jsonc_with_env_and_workspace_variables() {
 }"#,
     )
     .unwrap();
-    let f = load(tmp.path(), "[[mcp_import]]\npath = \"proj/.vscode/mcp.json\"\n");
+    let f = load(
+        tmp.path(),
+        "[[mcp_import]]\npath = \"proj/.vscode/mcp.json\"\n",
+    );
     assert!(!f.has_errors(), "{:#?}", texts(&f));
     let McpTransport::Stdio { command, env, cwd } = &server(&f, "gh").transport else {
         panic!()
@@ -151,7 +159,10 @@ fn an_input_variable_is_an_error_at_its_place_naming_the_server() {
         "{\"servers\": {\n  \"gh\": {\"command\": \"sh\",\n    \"env\": {\"T\": \"${input:token}\"}}}}",
     )
     .unwrap();
-    let f = load(tmp.path(), "[[tool]]\nname = \"x\"\n\n[[mcp_import]]\npath = \"mcp.json\"\n");
+    let f = load(
+        tmp.path(),
+        "[[tool]]\nname = \"x\"\n\n[[mcp_import]]\npath = \"mcp.json\"\n",
+    );
     assert!(f.has_errors());
     assert!(f.mcp_servers.is_empty() && f.tools.is_empty());
     let t = texts(&f);
@@ -217,7 +228,10 @@ fn neko_mcp_adapter_servers_are_read_and_sse_is_reported_as_not_bridged() {
     assert!(!f.has_errors(), "{:#?}", texts(&f));
     let names: Vec<&str> = f.mcp_servers.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["filesystem", "web"]);
-    assert_eq!((server(&f, "web").origin.line, server(&f, "web").origin.col), (18, 14));
+    assert_eq!(
+        (server(&f, "web").origin.line, server(&f, "web").origin.col),
+        (18, 14)
+    );
     assert_eq!(f.unbridged.len(), 1);
     let old = &f.unbridged[0];
     assert_eq!(old.name, "old");
@@ -232,10 +246,18 @@ fn a_file_without_a_server_list_or_missing_is_an_error_at_the_path() {
     std::fs::write(tmp.path().join("x.json"), "{\"other\": 1}").unwrap();
     let f = load(tmp.path(), "[[mcp_import]]\npath = \"x.json\"\n");
     let t = texts(&f);
-    assert!(t[0].contains("x.json:1:1: error: no MCP server list here: expected an object `mcpServers`"), "{t:#?}");
+    assert!(
+        t[0].contains(
+            "x.json:1:1: error: no MCP server list here: expected an object `mcpServers`"
+        ),
+        "{t:#?}"
+    );
     let f = load(tmp.path(), "[[mcp_import]]\npath = \"nope.json\"\n");
     let t = texts(&f);
-    assert!(t[0].contains("m.toml:2:8: error: the file \"nope.json\" of this [[mcp_import]]"), "{t:#?}");
+    assert!(
+        t[0].contains("m.toml:2:8: error: the file \"nope.json\" of this [[mcp_import]]"),
+        "{t:#?}"
+    );
     assert!(t[0].contains("does not exist"), "{t:#?}");
 }
 

@@ -71,14 +71,24 @@ async fn claude_desktop_servers_are_registered_and_called_as_they_are() {
     all.extend(prefixed("legacy_", &DEV_TOOLS));
     all.sort();
     wait_ours(&rig.h, &all).await;
-    echoed(&rig.call("dev_echo", json!({"text": "from Claude's list"})).await, "from Claude's list").unwrap();
-    assert_eq!(rig.status("legacy").protocol.as_deref(), Some(LEGACY_PROTOCOL));
+    echoed(
+        &rig.call("dev_echo", json!({"text": "from Claude's list"}))
+            .await,
+        "from Claude's list",
+    )
+    .unwrap();
+    assert_eq!(
+        rig.status("legacy").protocol.as_deref(),
+        Some(LEGACY_PROTOCOL)
+    );
     // The entry's env reached the server's process (the stand-in has no
     // tool that shows it; /proc does).
     let pid = pid_by_tool(&rig.h, "dev_").await;
     let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
     assert!(
-        environ.split(|b| *b == 0).any(|v| v == b"NEKO_IMPORTED=from-claude"),
+        environ
+            .split(|b| *b == 0)
+            .any(|v| v == b"NEKO_IMPORTED=from-claude"),
         "{}",
         String::from_utf8_lossy(&environ)
     );
@@ -92,11 +102,19 @@ async fn claude_desktop_servers_are_registered_and_called_as_they_are() {
 async fn vscode_servers_over_streamable_http_with_our_overrides() {
     let (url, stop) = http_mcp().await;
     let ws = Workspace::new();
-    fixture("vscode_mcp.json", &ws.root.join("proj/.vscode/mcp.json"), &url);
+    fixture(
+        "vscode_mcp.json",
+        &ws.root.join("proj/.vscode/mcp.json"),
+        &url,
+    );
     let manifest = "[[mcp_import]]\npath = \"../proj/.vscode/mcp.json\"\n\n[mcp_import.servers.web]\nprefix = \"w_\"\ninclude = [\"echo\", \"add\"]\nmax_concurrency = 2\n";
     let rig = rig(ws, manifest).await;
     wait_ours(&rig.h, &prefixed("w_", &["add", "echo"])).await;
-    echoed(&rig.call("w_echo", json!({"text": "over http"})).await, "over http").unwrap();
+    echoed(
+        &rig.call("w_echo", json!({"text": "over http"})).await,
+        "over http",
+    )
+    .unwrap();
     let s = rig.status("web");
     assert_eq!(s.transport, format!("http {url}"));
     assert_eq!(s.filtered, DEV_TOOLS.len() - 2);
@@ -108,11 +126,16 @@ async fn neko_mcp_adapter_stdio_and_streamable_http_work_and_sse_is_shown_as_not
     let (url, stop) = http_mcp().await;
     let h = dev_server().await;
     let ws = Workspace::new();
-    let plugin = ws.root.join("N.E.K.O/plugin/plugins/mcp_adapter/plugin.toml");
+    let plugin = ws
+        .root
+        .join("N.E.K.O/plugin/plugins/mcp_adapter/plugin.toml");
     fixture("neko_plugin.toml", &plugin, &url);
     ws.write_tool(
         "neko.toml",
-        &format!("[[mcp_import]]\npath = {:?}\n", plugin.display().to_string()),
+        &format!(
+            "[[mcp_import]]\npath = {:?}\n",
+            plugin.display().to_string()
+        ),
     );
     let run = start(&ws.admin_config(&h.url(), "")).await;
     let ready = wait_until(WAIT, || {
@@ -134,7 +157,8 @@ async fn neko_mcp_adapter_stdio_and_streamable_http_work_and_sse_is_shown_as_not
         })
     })
     .await;
-    let a = crate::support::invoke(&h, crate::support::call("web_add", json!({"a": 2, "b": 3}))).await;
+    let a =
+        crate::support::invoke(&h, crate::support::call("web_add", json!({"a": 2, "b": 3}))).await;
     assert!(!a.is_error, "{a:?}");
 
     let s = run.status_json().await;
@@ -143,7 +167,13 @@ async fn neko_mcp_adapter_stdio_and_streamable_http_work_and_sse_is_shown_as_not
     assert_eq!(nb.as_array().map(Vec::len), Some(1), "{s:#}");
     assert_eq!(nb[0]["name"], "search");
     assert_eq!(nb[0]["transport"], "sse http://127.0.0.1:9/sse");
-    assert!(nb[0]["reason"].as_str().unwrap().contains("legacy HTTP+SSE transport"), "{nb:#}");
+    assert!(
+        nb[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("legacy HTTP+SSE transport"),
+        "{nb:#}"
+    );
     assert!(
         nb[0]["at"].as_str().unwrap().ends_with("plugin.toml:27:14"),
         "{nb:#}"
@@ -212,10 +242,18 @@ async fn edits_of_the_imported_file_are_followed_in_place_and_by_rename_keeping_
 
     // Broken: the file is in error at its line and column, and the last
     // good version keeps serving.
-    std::fs::write(&file, "{\n  \"mcpServers\": {\n    \"b\": {}\n    \"c\": {}\n").unwrap();
+    std::fs::write(
+        &file,
+        "{\n  \"mcpServers\": {\n    \"b\": {}\n    \"c\": {}\n",
+    )
+    .unwrap();
     let health = rig.daemon.daemon().reload.health_updates();
     let ok = wait_until(WAIT, || {
-        health.borrow().files.first().is_some_and(|f| f.health == FileHealth::Error)
+        health
+            .borrow()
+            .files
+            .first()
+            .is_some_and(|f| f.health == FileHealth::Error)
     })
     .await;
     assert!(ok, "the broken file never showed: {:#?}", health.borrow());
@@ -229,7 +267,11 @@ async fn edits_of_the_imported_file_are_followed_in_place_and_by_rename_keeping_
         )]
     );
     assert!(report.serving_last_good());
-    echoed(&rig.call("b_echo", json!({"text": "still here"})).await, "still here").unwrap();
+    echoed(
+        &rig.call("b_echo", json!({"text": "still here"})).await,
+        "still here",
+    )
+    .unwrap();
 
     // Fixed with every server removed: their tools go.
     std::fs::write(&file, claude(&[])).unwrap();
