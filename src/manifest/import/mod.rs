@@ -30,7 +30,9 @@ use toml::de::{DeTable, DeValue};
 
 use self::entry::{EntryKind, Vars, read_entry};
 use self::node::{Node, Value};
-use super::load::{LoadContext, read_max_concurrency, read_role, read_timeout};
+use super::load::{
+    LoadContext, MAX_TIMEOUT_SECONDS, read_max_concurrency, read_role, read_timeout,
+};
 use super::mcp::{read_filters, read_prefix};
 use super::{McpServerSpec, Origin, UnbridgedServer};
 use crate::config::absolutize;
@@ -189,7 +191,7 @@ pub(crate) fn read_import(
     // this [[mcp_import]].
     let mut theirs = Vec::new();
     let isrc = SourceText::new(&file, &text);
-    let entries = match parse_list(&isrc, list_kind, &mut theirs) {
+    let (entries, their_timeout) = match parse_list(&isrc, list_kind, &mut theirs) {
         Some(e) => e,
         None => {
             diags.extend(theirs.into_iter().map(|d| d.anchored(anchor)));
@@ -251,6 +253,7 @@ pub(crate) fn read_import(
                         .unwrap_or_default(),
                     timeout_seconds: pick(|x| x.timeout_seconds.is_some())
                         .timeout_seconds
+                        .or(their_timeout)
                         .unwrap_or(30.0),
                     role: pick(|x| x.role.is_some()).role.clone().flatten(),
                     max_concurrency: o.max_concurrency.or(defaults.max_concurrency),
@@ -371,13 +374,17 @@ fn read_list(
     Some((text, kind))
 }
 
-/// The server entries of an imported file: name, the span of its key, its
-/// value.
+/// One server of an imported file: its name, the span of its key, its value.
+type Entry = (String, Range<usize>, Node);
+
+/// The server entries of an imported file, and the call timeout it sets
+/// for all of them (N.E.K.O's `[mcp_adapter] tool_timeout`), which is the
+/// default of ours.
 fn parse_list(
     src: &SourceText<'_>,
     kind: ListKind,
     diags: &mut Vec<Diagnostic>,
-) -> Option<Vec<(String, Range<usize>, Node)>> {
+) -> Option<(Vec<Entry>, Option<f64>)> {
     // A UTF-8 byte order mark (Windows editors write one) is blank.
     let bom = if src.text.starts_with('\u{feff}') {
         3
@@ -428,8 +435,22 @@ fn parse_list(
         ));
         return None;
     };
+    let tool_timeout = root
+        .get("mcp_adapter")
+        .and_then(|a| a.get("tool_timeout"))
+        .and_then(|t| match t.value {
+            Value::Number(n) if n > 0.0 && n <= MAX_TIMEOUT_SECONDS => Some(n),
+            Value::Number(n) if n > MAX_TIMEOUT_SECONDS => {
+                diags.push(src.warning(
+                    &t.span,
+                    format!("`tool_timeout` {n} is past main_server's limit: the sidecar uses {MAX_TIMEOUT_SECONDS} s for these servers' tools"),
+                ));
+                Some(MAX_TIMEOUT_SECONDS)
+            }
+            _ => None,
+        });
     match &list.value {
-        Value::Object(entries) => Some(entries.clone()),
+        Value::Object(entries) => Some((entries.clone(), tool_timeout)),
         _ => {
             diags.push(src.error(
                 &list.span,

@@ -218,6 +218,7 @@ enabled = false
 
 [mcp_adapter]
 connect_timeout = 30
+tool_timeout = 60
 "#;
 
 #[test]
@@ -228,6 +229,8 @@ fn neko_mcp_adapter_servers_are_read_and_sse_is_reported_as_not_bridged() {
     assert!(!f.has_errors(), "{:#?}", texts(&f));
     let names: Vec<&str> = f.mcp_servers.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["filesystem", "web"]);
+    // The adapter's own call timeout is ours too.
+    assert_eq!(server(&f, "web").timeout_seconds, 60.0);
     assert_eq!(
         (server(&f, "web").origin.line, server(&f, "web").origin.col),
         (18, 14)
