@@ -119,7 +119,7 @@ pub(crate) fn schema_inputs(path: &Path, text: &str) -> Vec<PathBuf> {
                 .into_iter()
                 .flatten()
                 .filter_map(|t| t.get("path")?.as_str())
-                .map(|raw| crate::manifest::import::import_path(base, raw)),
+                .filter_map(|raw| crate::manifest::import::import_path(base, raw).ok()),
         )
         .collect();
     out.sort();

@@ -70,14 +70,17 @@ pub(crate) struct Imported {
     pub unbridged: Vec<UnbridgedServer>,
 }
 
-/// The imported file a `path` value names: `~/` is the user's home,
-/// a relative path is relative to the manifest's folder. Used by the
-/// loader and by `reload::content`, which must agree.
-pub(crate) fn import_path(base: &Path, raw: &str) -> PathBuf {
-    match raw.strip_prefix("~/").zip(std::env::home_dir()) {
+/// The imported file a `path` value names: `${VAR}`s from the
+/// environment (`${APPDATA}` on Windows), `~/` is the user's home, a
+/// relative path is relative to the manifest's folder. Used by the loader
+/// and by `reload::content`, which must agree; `Err` says why a variable
+/// cannot be expanded.
+pub(crate) fn import_path(base: &Path, raw: &str) -> Result<PathBuf, String> {
+    let raw = super::mcp::expand(raw, |v| std::env::var(v).ok())?;
+    Ok(match raw.strip_prefix("~/").zip(std::env::home_dir()) {
         Some((rest, home)) => absolutize(&home, rest),
-        None => absolutize(base, raw),
-    }
+        None => absolutize(base, &raw),
+    })
 }
 
 /// Our settings for one server of the file (`[mcp_import.servers.NAME]`),
@@ -180,7 +183,13 @@ pub(crate) fn read_import(
         }
     }
     let (raw, path_span) = path?;
-    let file = import_path(base, &raw);
+    let file = match import_path(base, &raw) {
+        Ok(f) => f,
+        Err(why) => {
+            r.error(&path_span, format!("`path` of this [[mcp_import]]: {why}"));
+            return None;
+        }
+    };
     let (text, list_kind) = read_list(&file, &raw, &path_span, &mut r)?;
     // Bad overrides fail the import, but the file is read all the same,
     // so that its own problems are reported in the same run.

@@ -277,3 +277,30 @@ fn a_name_that_is_not_ours_is_made_one_with_a_warning() {
     assert_eq!(server(&f, "my_server").prefix, "my_server_");
     assert!(texts(&f)[0].contains("is called `my_server` here"));
 }
+
+#[test]
+fn the_path_may_use_environment_variables_and_an_unset_one_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("c.json"), CLAUDE).unwrap();
+    let f = load(
+        tmp.path(),
+        "[[mcp_import]]\npath = \"${NEKO_IMPORT_TEST_UNSET}/c.json\"\n",
+    );
+    let t = texts(&f);
+    assert!(
+        t[0].contains("m.toml:2:8: error: `path` of this [[mcp_import]]: the environment variable `NEKO_IMPORT_TEST_UNSET` is not set"),
+        "{t:#?}"
+    );
+    // A set variable (cargo sets this one for tests) shows expanded in the
+    // error about the file.
+    let home = std::env::var("CARGO_MANIFEST_DIR").unwrap();
+    let f = load(
+        tmp.path(),
+        "[[mcp_import]]\npath = \"${CARGO_MANIFEST_DIR}/surely-not-here.json\"\n",
+    );
+    let t = texts(&f);
+    assert!(
+        t[0].contains(&format!("({home}/surely-not-here.json) does not exist")),
+        "{t:#?}"
+    );
+}
