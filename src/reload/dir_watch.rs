@@ -141,15 +141,36 @@ impl DirWatch {
     /// directory that exists and is not watched yet (or was re-created),
     /// and forgets the ones that are gone or no longer needed.
     pub(crate) fn refresh(&mut self, files: Vec<PathBuf>) {
+        let id_of = |d: &std::path::Path| std::fs::metadata(d).ok().map(|m| (m.dev(), m.ino()));
         let mut wanted: Vec<PathBuf> = self.dirs.clone();
-        for f in &files {
-            if let Some(parent) = f.parent() {
-                if !wanted.iter().any(|w| w == parent) {
-                    wanted.push(parent.to_path_buf());
+        let mut followed = BTreeSet::new();
+        for f in files {
+            let (Some(parent), Some(name)) = (f.parent(), f.file_name()) else {
+                continue;
+            };
+            // inotify has one watch per directory, however it is spelled
+            // (`tools/..`, a symlink), and names its events after the
+            // spelling watched last; so a folder watched already is the
+            // one the file is followed in.
+            let same = id_of(parent).and_then(|id| {
+                wanted
+                    .iter()
+                    .find(|w| w.as_path() != parent && id_of(w) == Some(id))
+                    .cloned()
+            });
+            match same {
+                Some(dir) => {
+                    followed.insert(dir.join(name));
+                }
+                None => {
+                    if !wanted.iter().any(|w| w == parent) {
+                        wanted.push(parent.to_path_buf());
+                    }
+                    followed.insert(f);
                 }
             }
         }
-        *self.files.write().unwrap_or_else(|e| e.into_inner()) = files.into_iter().collect();
+        *self.files.write().unwrap_or_else(|e| e.into_inner()) = followed;
         let unneeded: Vec<PathBuf> = self
             .watched
             .keys()

@@ -279,3 +279,26 @@ async fn edits_of_the_imported_file_are_followed_in_place_and_by_rename_keeping_
     let ok = wait_until(WAIT, || rig.statuses().is_empty()).await;
     assert!(ok, "{:#?}", rig.statuses());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_imported_file_in_the_manifest_directory_spelled_another_way_and_the_manifest_are_both_followed()
+ {
+    let ws = Workspace::new();
+    // Not a *.toml, so not a manifest itself; named through `..`, so its
+    // folder is the manifest directory under another spelling.
+    let file = ws.tools.join("claude.json");
+    std::fs::write(&file, claude(&[("a", dev(&[]))])).unwrap();
+    let manifest = "[[mcp_import]]\npath = \"../tools/claude.json\"\ninclude = [\"echo\"]\n";
+    let rig = rig(ws, manifest).await;
+    wait_ours(&rig.h, &prefixed("a_", &["echo"])).await;
+
+    std::fs::write(&file, claude(&[("a", dev(&[])), ("b", dev(&[]))])).unwrap();
+    wait_ours(&rig.h, &prefixed("", &["a_echo", "b_echo"])).await;
+
+    // The manifest's own edit is seen too.
+    rig.ws.write_tool(
+        "import.toml",
+        "[[mcp_import]]\npath = \"../tools/claude.json\"\ninclude = [\"add\"]\n",
+    );
+    wait_ours(&rig.h, &prefixed("", &["a_add", "b_add"])).await;
+}
