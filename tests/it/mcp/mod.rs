@@ -9,7 +9,9 @@
 //! list_changed, rejections, both protocol generations, a manifest edit);
 //! `answers`: each kind of result and the deadline; `process`: restarts,
 //! signals and the child's environment; `http`: Streamable HTTP and its
-//! outage; `probe`: `check --probe`; `status`: `/status` and `/metrics`.
+//! outage; `probe`: `check --probe`; `status`: `/status` and `/metrics`;
+//! `import`: `[[mcp_import]]` of Claude Desktop, VS Code and N.E.K.O files,
+//! and live edits of them.
 
 mod answers;
 mod http;
