@@ -245,7 +245,7 @@ impl<'a, 'i> TableReader<'a, 'i> {
     }
 }
 
-fn number_of(v: &DeValue<'_>) -> Option<f64> {
+pub(crate) fn number_of(v: &DeValue<'_>) -> Option<f64> {
     match v {
         DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix())
             .ok()

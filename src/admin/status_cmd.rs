@@ -126,6 +126,22 @@ pub(crate) fn render_status(v: &StatusView) -> String {
             }
         }
     }
+    let unbridged: Vec<_> = v
+        .manifests
+        .files
+        .iter()
+        .flat_map(|f| f.not_bridged.iter())
+        .collect();
+    if !unbridged.is_empty() {
+        out.push_str("\nMCP servers not bridged (imported, never started):\n");
+        for u in unbridged {
+            let _ = writeln!(
+                out,
+                "  {} ({}, {}): {}",
+                u.name, u.transport, u.at, u.reason
+            );
+        }
+    }
     let problems: Vec<&str> = v
         .manifests
         .files
@@ -249,7 +265,7 @@ fn width(s: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::super::view::tests::sample_with;
-    use super::super::view::{DiagnosticView, FileView, build};
+    use super::super::view::{DiagnosticView, FileView, NotBridgedView, build};
     use super::*;
     use crate::registration::ToolState;
 
@@ -272,6 +288,7 @@ mod tests {
             since: "2025-01-01T00:00:00Z".into(),
             serving_last_good: false,
             tools: vec![],
+            not_bridged: vec![],
             diagnostics: vec![DiagnosticView {
                 severity: "error".into(),
                 path: "/m/bad.toml".into(),
@@ -320,5 +337,29 @@ mod tests {
         assert_eq!(shorten("abcdef", 4), "abc…");
         assert_eq!(age(59), "59s");
         assert_eq!(age(3725), "1h2m");
+    }
+
+    #[test]
+    fn imported_servers_that_are_not_bridged_are_listed_with_their_reason() {
+        let mut v = build(&sample_with(&["get_weather"]));
+        v.manifests.files.push(FileView {
+            path: "/m/import.toml".into(),
+            health: "ok".into(),
+            since: "2025-01-01T00:00:00Z".into(),
+            serving_last_good: false,
+            tools: vec![],
+            not_bridged: vec![NotBridgedView {
+                name: "search".into(),
+                transport: "sse http://127.0.0.1:9000/sse".into(),
+                reason: "no client for it".into(),
+                at: "/n/plugin.toml:13:14".into(),
+            }],
+            diagnostics: vec![],
+        });
+        let text = render_status(&v);
+        assert!(
+            text.contains("\nMCP servers not bridged (imported, never started):\n  search (sse http://127.0.0.1:9000/sse, /n/plugin.toml:13:14): no client for it\n"),
+            "{text}"
+        );
     }
 }

@@ -190,7 +190,20 @@ pub(crate) struct FileView {
     /// In error, but an older version's tools are still served.
     pub serving_last_good: bool,
     pub tools: Vec<String>,
+    /// Servers of its `[[mcp_import]]`s that are not bridged, and why.
+    #[serde(default)]
+    pub not_bridged: Vec<NotBridgedView>,
     pub diagnostics: Vec<DiagnosticView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct NotBridgedView {
+    pub name: String,
+    /// "sse URL" or "http URL".
+    pub transport: String,
+    pub reason: String,
+    /// `PATH:LINE:COL` of its entry in the imported file.
+    pub at: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -378,6 +391,16 @@ fn file_view(f: &FileReport) -> FileView {
         since: rfc3339(f.since),
         serving_last_good: f.serving_last_good(),
         tools: f.tools.clone(),
+        not_bridged: f
+            .unbridged
+            .iter()
+            .map(|u| NotBridgedView {
+                name: u.name.clone(),
+                transport: u.transport.clone(),
+                reason: u.reason.clone(),
+                at: u.origin.to_string(),
+            })
+            .collect(),
         diagnostics: f.diagnostics.iter().map(diagnostic_view).collect(),
     }
 }

@@ -16,7 +16,8 @@ use serde_json::Value as Json;
 use toml::de::{DeTable, DeValue};
 
 use super::{
-    ExecHandler, Handler, HttpHandler, McpServerSpec, Origin, ToolSpec, default_parameters, schema,
+    ExecHandler, Handler, HttpHandler, McpServerSpec, Origin, ToolSpec, UnbridgedServer,
+    default_parameters, schema,
 };
 use crate::config::{absolutize, runtime_path};
 use crate::contract::url_host_is_loopback;
@@ -38,6 +39,8 @@ pub struct ManifestFile {
     pub tools: Vec<ToolSpec>,
     /// Empty whenever `diagnostics` holds an error.
     pub mcp_servers: Vec<McpServerSpec>,
+    /// Imported servers the sidecar cannot reach, each with its reason.
+    pub unbridged: Vec<UnbridgedServer>,
     pub diagnostics: Vec<Diagnostic>,
 }
 
@@ -51,6 +54,7 @@ impl ManifestFile {
             path: path.to_path_buf(),
             tools: Vec::new(),
             mcp_servers: Vec::new(),
+            unbridged: Vec::new(),
             diagnostics: vec![d],
         }
     }
@@ -95,7 +99,7 @@ pub fn parse_manifest(path: &Path, text: &str, ctx: &LoadContext) -> ManifestFil
             Diagnostic::error(
                 path,
                 None,
-                "the manifest is empty: declare at least one tool with a [[tool]] table, or an MCP server with an [[mcp_server]] table",
+                "the manifest is empty: declare at least one tool with a [[tool]] table, an MCP server with an [[mcp_server]] table, or a file of MCP servers to import with an [[mcp_import]] table",
             ),
         );
     }
@@ -105,10 +109,11 @@ pub fn parse_manifest(path: &Path, text: &str, ctx: &LoadContext) -> ManifestFil
     };
     let base = path.parent().unwrap_or(Path::new("."));
     let mut top = TableReader::new(&src, doc.get_ref(), 0..0, "the manifest", &mut diags);
-    top.deny_unknown(&["tool", "mcp_server"]);
+    top.deny_unknown(&["tool", "mcp_server", "mcp_import"]);
     let mut tools = Vec::new();
     let mut mcp_servers = Vec::new();
-    let has_servers = top.get("mcp_server").is_some();
+    let mut unbridged = Vec::new();
+    let has_servers = top.get("mcp_server").is_some() || top.get("mcp_import").is_some();
     each_table(&mut top, "tool", "tool", !has_servers, |t, span, diags| {
         if let Some(spec) = read_tool(&src, t, span, base, ctx, diags) {
             tools.push(spec);
@@ -125,6 +130,18 @@ pub fn parse_manifest(path: &Path, text: &str, ctx: &LoadContext) -> ManifestFil
             }
         },
     );
+    each_table(
+        &mut top,
+        "mcp_import",
+        "file of MCP servers",
+        false,
+        |t, span, diags| {
+            if let Some(i) = super::import::read_import(&src, t, span, base, ctx, diags) {
+                mcp_servers.extend(i.servers);
+                unbridged.extend(i.unbridged);
+            }
+        },
+    );
     // Report in reading order, whatever order the checks ran in. The sort is
     // stable, and diagnostics of other files (schema files) keep their place.
     diags.sort_by_key(|d| if d.path == path { d.position } else { d.anchor });
@@ -133,6 +150,7 @@ pub fn parse_manifest(path: &Path, text: &str, ctx: &LoadContext) -> ManifestFil
         path: path.to_path_buf(),
         tools: if has_errors { Vec::new() } else { tools },
         mcp_servers: if has_errors { Vec::new() } else { mcp_servers },
+        unbridged: if has_errors { Vec::new() } else { unbridged },
         diagnostics: diags,
     }
 }
@@ -150,7 +168,7 @@ fn each_table<'a, 'i>(
         if required {
             top.missing(
                 key,
-                "declare each tool in a [[tool]] table, or an MCP server whose tools to offer in an [[mcp_server]] table",
+                "declare each tool in a [[tool]] table, an MCP server whose tools to offer in an [[mcp_server]] table, or a file of MCP servers to import in an [[mcp_import]] table",
             );
         }
         return;

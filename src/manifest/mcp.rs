@@ -62,43 +62,12 @@ pub(super) fn read_mcp_server(
 
     let transport = read_transport(&mut r, base, ctx);
 
-    let prefix = match r.string("prefix") {
-        Some((p, sp)) => {
-            let ok = p
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-            if !ok || p.len() > 63 {
-                let msg = format!(
-                    "`prefix` \"{p}\" of {} is not allowed: use at most 63 characters from A-Z a-z 0-9 _ . - (it starts every tool name, which main_server puts in URL paths)",
-                    r.what
-                );
-                r.error(&sp, msg);
-                None
-            } else {
-                Some(p)
-            }
-        }
+    let prefix = match read_prefix(&mut r) {
+        Some(p) => Some(p),
         None if r.get("prefix").is_some() => None,
         None => name.as_ref().map(|n| format!("{n}_")),
     };
-    let include = match r.string_array("include") {
-        Some((list, sp)) if list.is_empty() => {
-            let msg = format!(
-                "`include` of {} is empty, which would offer no tool: list the MCP tools to offer, or omit the key to offer them all",
-                r.what
-            );
-            r.error(&sp, msg);
-            None
-        }
-        Some((list, _)) => Some(Some(list.into_iter().map(|(s, _)| s).collect())),
-        None if r.get("include").is_some() => None,
-        None => Some(None),
-    };
-    let exclude = match r.string_array("exclude") {
-        Some((list, _)) => Some(list.into_iter().map(|(s, _)| s).collect()),
-        None if r.get("exclude").is_some() => None,
-        None => Some(Vec::new()),
-    };
+    let (include, exclude) = read_filters(&mut r);
     let timeout_seconds = read_timeout(&mut r);
     let startup_timeout_seconds = read_startup_timeout(&mut r);
     let role = read_role(&mut r);
@@ -125,7 +94,7 @@ pub(super) fn read_mcp_server(
 /// `startup_timeout_seconds` (default 120): in (0, 3600]; `None` after an
 /// error. The default leaves a first `npx -y` or `uvx` time to download its
 /// server; a server that fetches a model at its first start may need more.
-fn read_startup_timeout(r: &mut TableReader<'_, '_>) -> Option<f64> {
+pub(super) fn read_startup_timeout(r: &mut TableReader<'_, '_>) -> Option<f64> {
     const KEY: &str = "startup_timeout_seconds";
     match r.number(KEY) {
         Some((t, sp)) if t <= 0.0 || t > MAX_STARTUP_TIMEOUT_SECONDS => {
@@ -140,6 +109,51 @@ fn read_startup_timeout(r: &mut TableReader<'_, '_>) -> Option<f64> {
         None if r.get(KEY).is_some() => None,
         None => Some(DEFAULT_STARTUP_TIMEOUT_SECONDS),
     }
+}
+
+/// `prefix`, when given and valid.
+pub(super) fn read_prefix(r: &mut TableReader<'_, '_>) -> Option<String> {
+    let (p, sp) = r.string("prefix")?;
+    let ok = p
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if !ok || p.len() > 63 {
+        let msg = format!(
+            "`prefix` \"{p}\" of {} is not allowed: use at most 63 characters from A-Z a-z 0-9 _ . - (it starts every tool name, which main_server puts in URL paths)",
+            r.what
+        );
+        r.error(&sp, msg);
+        None
+    } else {
+        Some(p)
+    }
+}
+
+/// `include` (`Some(None)` when absent) and `exclude` (empty when
+/// absent); `None` after an error.
+#[allow(clippy::type_complexity)]
+pub(super) fn read_filters(
+    r: &mut TableReader<'_, '_>,
+) -> (Option<Option<Vec<String>>>, Option<Vec<String>>) {
+    let include = match r.string_array("include") {
+        Some((list, sp)) if list.is_empty() => {
+            let msg = format!(
+                "`include` of {} is empty, which would offer no tool: list the MCP tools to offer, or omit the key to offer them all",
+                r.what
+            );
+            r.error(&sp, msg);
+            None
+        }
+        Some((list, _)) => Some(Some(list.into_iter().map(|(s, _)| s).collect())),
+        None if r.get("include").is_some() => None,
+        None => Some(None),
+    };
+    let exclude = match r.string_array("exclude") {
+        Some((list, _)) => Some(list.into_iter().map(|(s, _)| s).collect()),
+        None if r.get("exclude").is_some() => None,
+        None => Some(Vec::new()),
+    };
+    (include, exclude)
 }
 
 /// `command` (with `cwd` and `env`) or `url` (with `headers`): exactly one.

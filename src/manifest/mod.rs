@@ -3,8 +3,10 @@
 //! A manifest is a `*.toml` file with one or more `[[tool]]` tables. This
 //! module owns the validated types (`ToolSpec`, `Handler`); `load` turns one
 //! file into them with every problem located, `scan` finds the files, and
-//! `schema` checks JSON Schemas. Nothing here talks to main_server.
+//! `schema` checks JSON Schemas, `import` reads the MCP server lists of
+//! other programs (`[[mcp_import]]`). Nothing here talks to main_server.
 
+pub(crate) mod import;
 mod load;
 mod mcp;
 pub(crate) mod scan;
@@ -189,6 +191,19 @@ impl std::fmt::Debug for McpServerSpec {
             .field("origin", &format_args!("{}", self.origin))
             .finish_non_exhaustive()
     }
+}
+
+/// A server of an imported file that the sidecar cannot reach (the legacy
+/// HTTP+SSE transport, https, a remote host): never started, reported by
+/// `check` and `status` with its reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnbridgedServer {
+    pub name: String,
+    /// "sse URL" or "http URL".
+    pub transport: String,
+    pub reason: String,
+    /// Its entry in the imported file.
+    pub origin: Origin,
 }
 
 /// How the sidecar reaches an MCP server.

@@ -1,5 +1,6 @@
-//! What a manifest's meaning depends on, as bytes: the file itself and the
-//! JSON Schema files its tools name with `parameters_file`.
+//! What a manifest's meaning depends on, as bytes: the file itself, the
+//! JSON Schema files its tools name with `parameters_file`, and the MCP
+//! server lists its `[[mcp_import]]`s name.
 //!
 //! The periodic rescan compares these hashes to find changed files without
 //! trusting file-system events or timestamps (a ConfigMap swap or an `mv`
@@ -41,12 +42,20 @@ pub(crate) struct ReadManifest {
     pub inputs: SchemaInputs,
 }
 
-/// The schema files that a manifest's bytes name, with the digest of those
-/// bytes: valid for as long as the manifest's bytes are the same.
+/// The files (schemas, imported server lists) that a manifest's bytes name,
+/// with the digest of those bytes: valid for as long as the manifest's
+/// bytes are the same.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SchemaInputs {
     digest: [u8; 32],
     paths: Vec<PathBuf>,
+}
+
+impl SchemaInputs {
+    /// The files named, to watch beside the manifest directories.
+    pub(crate) fn paths(&self) -> &[PathBuf] {
+        &self.paths
+    }
 }
 
 /// Reads a manifest (following symlinks) and hashes it with its schema files.
@@ -88,9 +97,10 @@ fn put(h: &mut Sha256, bytes: &[u8]) {
     h.update(bytes);
 }
 
-/// The schema files named by `parameters_file` in a manifest's tools,
-/// resolved against the manifest's folder as the loader resolves them;
-/// sorted, without repeats. Text that is not TOML names none.
+/// The schema files named by `parameters_file` in a manifest's tools and
+/// the files named by `path` in its `[[mcp_import]]`s, resolved as the
+/// loader resolves them; sorted, without repeats. Text that is not TOML
+/// names none.
 pub(crate) fn schema_inputs(path: &Path, text: &str) -> Vec<PathBuf> {
     let base = path.parent().unwrap_or(Path::new("."));
     let Ok(doc) = text.parse::<toml::Table>() else {
@@ -103,6 +113,14 @@ pub(crate) fn schema_inputs(path: &Path, text: &str) -> Vec<PathBuf> {
         .flatten()
         .filter_map(|t| t.get("parameters_file")?.as_str())
         .map(|rel| absolutize(base, rel))
+        .chain(
+            doc.get("mcp_import")
+                .and_then(toml::Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t.get("path")?.as_str())
+                .filter_map(|raw| crate::manifest::import::import_path(base, raw).ok()),
+        )
         .collect();
     out.sort();
     out.dedup();
@@ -125,11 +143,14 @@ parameters_file = "/abs/b.json"
 [[tool]]
 name = "c"
 parameters_file = "schemas/a.json"
+[[mcp_import]]
+path = "../claude.json"
 "#;
         assert_eq!(
             schema_inputs(Path::new("/etc/t/x.toml"), text),
             vec![
                 PathBuf::from("/abs/b.json"),
+                PathBuf::from("/etc/t/../claude.json"),
                 PathBuf::from("/etc/t/schemas/a.json")
             ]
         );

@@ -10,16 +10,23 @@
 //! This module never reads manifests; which files count is the scanner's
 //! business, so events only need to be a superset.
 //!
+//! Files that manifests depend on outside the manifest directories (an
+//! `[[mcp_import]]`'s server list, say Claude Desktop's config) are
+//! followed the same way, through their directory: an editor that saves by
+//! rename and a program that rewrites in place both show. There only
+//! events on those exact files count, since such a directory is another
+//! program's and changes for its own reasons.
+//!
 //! Nothing here runs while nothing happens: notify's inotify thread blocks
 //! until the kernel has an event, and [`Debounce`] is a deadline the
 //! reloader sleeps until, not a timer that ticks. (notify-debouncer-full,
 //! used before, woke every quarter of the debounce to look for expired
 //! events, which was most of an idle daemon's CPU time.)
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use notify::event::{AccessKind, AccessMode, EventKind};
@@ -56,10 +63,14 @@ pub(crate) fn is_change(kind: &EventKind) -> bool {
     }
 }
 
-/// The watches on the manifest directories.
+/// The watches on the manifest directories, and on the folders of the
+/// files the manifests depend on.
 pub(crate) struct DirWatch {
     watcher: notify::RecommendedWatcher,
     dirs: Vec<PathBuf>,
+    /// The files outside `dirs` to follow; shared with the event handler,
+    /// which counts only events on them in their folders.
+    files: Arc<RwLock<BTreeSet<PathBuf>>>,
     /// The (device, inode) each directory had when it was watched: a new
     /// inode at the same path is a re-created directory, whose old watch
     /// is dead.
@@ -70,6 +81,7 @@ impl std::fmt::Debug for DirWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DirWatch")
             .field("dirs", &self.dirs)
+            .field("files", &self.files)
             .field("watched", &self.watched)
             .finish_non_exhaustive()
     }
@@ -81,19 +93,28 @@ impl DirWatch {
     /// debounce is the reloader's ([`Debounce`]). A `Notify` rather than a
     /// queue, because only "something happened" matters: a burst of
     /// thousands of events leaves one stored wake-up, not thousands.
-    pub(crate) fn new(dirs: &[PathBuf], dirty: Arc<Notify>) -> notify::Result<Self> {
+    pub(crate) fn new(
+        dirs: &[PathBuf],
+        files: Vec<PathBuf>,
+        dirty: Arc<Notify>,
+    ) -> notify::Result<Self> {
         let roots: Vec<PathBuf> = dirs.to_vec();
+        let followed: Arc<RwLock<BTreeSet<PathBuf>>> = Arc::default();
+        let shared = Arc::clone(&followed);
         let handler = move |result: notify::Result<notify::Event>| {
             let relevant = match result {
                 // `is_change` leaves out the rescan's own reads.
                 Ok(e) => {
+                    let files = shared.read().unwrap_or_else(|e| e.into_inner());
                     e.need_rescan()
                         || is_change(&e.kind)
                             && e.paths.iter().any(|p| {
                                 roots.iter().any(|r| r == p)
-                                    || p.file_name()
-                                        .and_then(|n| n.to_str())
-                                        .is_none_or(is_rescan_trigger)
+                                    || files.contains(p)
+                                    || p.parent().is_some_and(|d| roots.iter().any(|r| r == d))
+                                        && p.file_name()
+                                            .and_then(|n| n.to_str())
+                                            .is_none_or(is_rescan_trigger)
                             })
                 }
                 Err(e) => {
@@ -109,16 +130,59 @@ impl DirWatch {
         let mut watch = Self {
             watcher,
             dirs: dirs.to_vec(),
+            files: followed,
             watched: HashMap::new(),
         };
-        watch.refresh();
+        watch.refresh(files);
         Ok(watch)
     }
 
-    /// Watches every directory that exists and is not watched yet (or was
-    /// re-created), and forgets the ones that are gone.
-    pub(crate) fn refresh(&mut self) {
-        for dir in &self.dirs {
+    /// Follows `files` (replacing the previous list), watches every
+    /// directory that exists and is not watched yet (or was re-created),
+    /// and forgets the ones that are gone or no longer needed.
+    pub(crate) fn refresh(&mut self, files: Vec<PathBuf>) {
+        let id_of = |d: &std::path::Path| std::fs::metadata(d).ok().map(|m| (m.dev(), m.ino()));
+        let mut wanted: Vec<PathBuf> = self.dirs.clone();
+        let mut followed = BTreeSet::new();
+        for f in files {
+            let (Some(parent), Some(name)) = (f.parent(), f.file_name()) else {
+                continue;
+            };
+            // inotify has one watch per directory, however it is spelled
+            // (`tools/..`, a symlink), and names its events after the
+            // spelling watched last; so a folder watched already is the
+            // one the file is followed in.
+            let same = id_of(parent).and_then(|id| {
+                wanted
+                    .iter()
+                    .find(|w| w.as_path() != parent && id_of(w) == Some(id))
+                    .cloned()
+            });
+            match same {
+                Some(dir) => {
+                    followed.insert(dir.join(name));
+                }
+                None => {
+                    if !wanted.iter().any(|w| w == parent) {
+                        wanted.push(parent.to_path_buf());
+                    }
+                    followed.insert(f);
+                }
+            }
+        }
+        *self.files.write().unwrap_or_else(|e| e.into_inner()) = followed;
+        let unneeded: Vec<PathBuf> = self
+            .watched
+            .keys()
+            .filter(|d| !wanted.contains(d))
+            .cloned()
+            .collect();
+        for dir in unneeded {
+            let _ = self.watcher.unwatch(&dir);
+            self.watched.remove(&dir);
+        }
+        for dir in &wanted {
+            let manifest_dir = self.dirs.contains(dir);
             let id = std::fs::metadata(dir)
                 .ok()
                 .filter(std::fs::Metadata::is_dir)
@@ -134,10 +198,14 @@ impl DirWatch {
                 self.watched.remove(dir);
             }
             let Some(id) = id else {
-                tracing::warn!(
-                    "manifest directory {} is gone; watching it again when it reappears",
-                    dir.display()
-                );
+                // A missing folder of an imported file is the manifest's
+                // error already, reported by the rescan.
+                if manifest_dir {
+                    tracing::warn!(
+                        "manifest directory {} is gone; watching it again when it reappears",
+                        dir.display()
+                    );
+                }
                 continue;
             };
             match self.watcher.watch(dir, RecursiveMode::NonRecursive) {

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 use crate::diag::{Diagnostic, plural};
+use crate::manifest::UnbridgedServer;
 
 /// Whether a file's latest version is in use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,8 +31,10 @@ pub struct FileReport {
     /// The tools this file contributes to the desired state now: its latest
     /// version's, or its last good version's while in error.
     pub tools: Vec<String>,
-    /// Likewise, the MCP servers it declares.
+    /// Likewise, the MCP servers it declares (its imported ones included).
     pub mcp_servers: Vec<String>,
+    /// Imported servers the sidecar cannot reach, with their reasons.
+    pub unbridged: Vec<UnbridgedServer>,
     /// The latest version's errors (in error) or warnings.
     pub diagnostics: Vec<Diagnostic>,
 }

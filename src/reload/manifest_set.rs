@@ -29,7 +29,7 @@ use super::health::{FileHealth, FileReport, ManifestHealth};
 use crate::config::AgentConfig;
 use crate::desired::{DesiredState, declared_twice, same_spec, same_state, server_declared_twice};
 use crate::diag::{Diagnostic, plural};
-use crate::manifest::{self, LoadContext, ManifestFile, McpServerSpec, ToolSpec};
+use crate::manifest::{self, LoadContext, ManifestFile, McpServerSpec, ToolSpec, UnbridgedServer};
 
 /// Where manifests come from and how they are judged: the parts of the
 /// agent config that a manifest reload uses.
@@ -78,6 +78,8 @@ struct FileRecord {
     /// The last good version's MCP servers (a valid manifest declares at
     /// least one tool or one server).
     good_mcp: Vec<McpServerSpec>,
+    /// The last good version's imported servers that are not bridged.
+    good_unbridged: Vec<UnbridgedServer>,
     health: FileHealth,
     diagnostics: Vec<Diagnostic>,
     since: SystemTime,
@@ -128,6 +130,20 @@ impl ManifestSet {
         &self.source
     }
 
+    /// The files outside the manifest directories that manifests depend
+    /// on (imported server lists, schema files), to watch too: as of the
+    /// latest read of each manifest.
+    pub(crate) fn watched_files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = self
+            .inputs
+            .values()
+            .flat_map(|i| i.paths().iter().cloned())
+            .collect();
+        files.sort();
+        files.dedup();
+        files
+    }
+
     /// The current desired state.
     pub fn desired(&self) -> Arc<DesiredState> {
         Arc::clone(&self.desired)
@@ -144,6 +160,7 @@ impl ManifestSet {
                 since: r.since,
                 tools: r.good.iter().map(|t| t.name.clone()).collect(),
                 mcp_servers: r.good_mcp.iter().map(|m| m.name.clone()).collect(),
+                unbridged: r.good_unbridged.clone(),
                 diagnostics: r.diagnostics.clone(),
             })
             .collect();
@@ -383,7 +400,7 @@ impl ManifestSet {
                 .find_map(|(_, r)| r.good_mcp.iter().find(|m| m.name == spec.name));
             if let Some(owner) = owner {
                 diags.push(Diagnostic::error(
-                    &c.path,
+                    &spec.origin.file,
                     Some(spec.origin.position()),
                     format!(
                         "MCP server `{}` is already declared at {}, which keeps it; MCP server names must be unique within one sidecar",
@@ -399,6 +416,7 @@ impl ManifestSet {
         let warnings = c.loaded.diagnostics;
         let tools = c.loaded.tools;
         let good_mcp = c.loaded.mcp_servers;
+        let good_unbridged = c.loaded.unbridged;
         let path = c.path;
         let previous = self.files.get(&path);
         let change = match previous {
@@ -429,6 +447,7 @@ impl ManifestSet {
                 hash: c.hash,
                 good: tools,
                 good_mcp,
+                good_unbridged,
                 health: FileHealth::Ok,
                 diagnostics: warnings,
                 since,
@@ -451,10 +470,10 @@ impl ManifestSet {
         if fresh || force {
             out.problems.extend(diags.iter().cloned());
         }
-        let (good, good_mcp, since) = match previous {
-            Some(r) if !fresh => (r.good, r.good_mcp, r.since),
-            Some(r) => (r.good, r.good_mcp, now),
-            None => (Vec::new(), Vec::new(), now),
+        let (good, good_mcp, good_unbridged, since) = match previous {
+            Some(r) if !fresh => (r.good, r.good_mcp, r.good_unbridged, r.since),
+            Some(r) => (r.good, r.good_mcp, r.good_unbridged, now),
+            None => (Vec::new(), Vec::new(), Vec::new(), now),
         };
         if fresh {
             out.notes.push(if good.is_empty() && good_mcp.is_empty() {
@@ -477,6 +496,7 @@ impl ManifestSet {
                 hash: c.hash,
                 good,
                 good_mcp,
+                good_unbridged,
                 health: FileHealth::Error,
                 diagnostics: diags,
                 since,
@@ -495,6 +515,7 @@ impl ManifestSet {
                 path: path.clone(),
                 tools: r.good.clone(),
                 mcp_servers: r.good_mcp.clone(),
+                unbridged: Vec::new(),
                 diagnostics: Vec::new(),
             })
             .collect();

@@ -127,7 +127,7 @@ impl Reloader {
         let (force_tx, force_rx) = mpsc::channel(8);
         let dirty = Arc::new(Notify::new());
         let dir_watch = if settings.watch_events {
-            match DirWatch::new(&set.source().dirs, Arc::clone(&dirty)) {
+            match DirWatch::new(&set.source().dirs, set.watched_files(), Arc::clone(&dirty)) {
                 Ok(w) => Some(w),
                 Err(e) => {
                     tracing::warn!(
@@ -234,7 +234,7 @@ impl Reloader {
             }
             health.send_replace(Arc::clone(&snapshot));
             if let Some(w) = dir_watch.as_mut() {
-                w.refresh();
+                w.refresh(set.watched_files());
             }
             if let Some(reply) = reply {
                 // The asker may have given up; nothing to do then.

@@ -210,6 +210,8 @@ fixtures! {
     // MCP servers.
     mcp_server_valid,
     mcp_server_transport_errors,
+    mcp_import_formats,
+    mcp_import_errors,
     mcp_server_env_var_unset,
     mcp_server_fields,
     mcp_server_duplicate_names,

@@ -11,10 +11,13 @@
 //! signals and the child's environment; `http`: Streamable HTTP and its
 //! outage; `probe`: `check --probe`; `status`: `/status` and `/metrics`;
 //! `slow`: servers slow to give their first answer, both generations, both
-//! transports, under `run` and `check --probe`.
+//! transports, under `run` and `check --probe`;
+//! `import`: `[[mcp_import]]` of Claude Desktop, VS Code and N.E.K.O files,
+//! and live edits of them.
 
 mod answers;
 mod http;
+mod import;
 mod probe;
 mod process;
 mod slow;

@@ -71,3 +71,46 @@ async fn check_probe_of_a_clean_deployment_passes_and_lists_the_tools() {
     assert!(stdout.contains("probe of 1 MCP server: ok"), "{stdout}");
     assert!(!stdout.contains(": error: "), "{stdout}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_probe_lists_the_tools_of_each_imported_server() {
+    let ws = Workspace::new();
+    let claude = ws.root.join("claude_desktop_config.json");
+    let list = serde_json::json!({"mcpServers": {
+        "dev": {"command": BIN, "args": ["dev-mcp"]},
+        "old": {"type": "sse", "url": "http://127.0.0.1:9/sse"},
+    }});
+    let text = list.to_string();
+    std::fs::write(&claude, &text).unwrap();
+    // One line: the column of `"old"` is its offset plus one.
+    let old_at = text.find("\"old\"").unwrap() + 1;
+    ws.write_tool(
+        "import.toml",
+        "[[mcp_import]]\npath = \"../claude_desktop_config.json\"\n\n[mcp_import.servers.dev]\ninclude = [\"echo\", \"add\"]\n",
+    );
+    let config = ws.write_config(&fast_agent(&ws, "http://127.0.0.1:9"));
+    let mut cmd = Command::new(BIN);
+    cmd.arg("check").arg("--probe").arg("--config").arg(&config);
+    clean_env(&mut cmd);
+    cmd.kill_on_drop(true);
+    let out = tokio::time::timeout(WAIT, cmd.output())
+        .await
+        .expect("check --probe ends")
+        .expect("running check --probe");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "MCP server `dev` (stdio {BIN} dev-mcp), protocol {CURRENT_PROTOCOL}: 2 tools offered: dev_echo, dev_add (0 rejected, 9 left out by include/exclude)"
+        )),
+        "{stdout}"
+    );
+    let warning = format!(
+        "{}:1:{old_at}: warning: MCP server `old` (sse http://127.0.0.1:9/sse) is not bridged",
+        ws.root
+            .join("tools/../claude_desktop_config.json")
+            .display()
+    );
+    assert!(stdout.contains(&warning), "{warning:?} missing:\n{stdout}");
+    assert!(stdout.contains("probe of 1 MCP server: ok"), "{stdout}");
+}

@@ -1,0 +1,306 @@
+//! `[[mcp_import]]` read through the manifest loader, on files in a
+//! tempdir: each format, the overrides, and where problems are reported.
+
+use std::path::Path;
+
+use crate::manifest::{LoadContext, ManifestFile, McpServerSpec, McpTransport, parse_manifest};
+
+fn load(dir: &Path, manifest: &str) -> ManifestFile {
+    parse_manifest(&dir.join("m.toml"), manifest, &LoadContext::default())
+}
+
+fn server<'a>(f: &'a ManifestFile, name: &str) -> &'a McpServerSpec {
+    f.mcp_servers
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no server {name}: {f:#?}"))
+}
+
+fn texts(f: &ManifestFile) -> Vec<String> {
+    f.diagnostics.iter().map(ToString::to_string).collect()
+}
+
+const CLAUDE: &str = r#"{
+  "mcpServers": {
+    "files": {
+      "command": "sh",
+      "args": ["-c", "exec cat"],
+      "env": {"LEVEL": "3", "DEBUG": true}
+    },
+    "remote": {"url": "https://mcp.example.com/mcp"},
+    "local": {"type": "http", "url": "http://127.0.0.1:8808/mcp", "headers": {"X-A": "b"}},
+    "off": {"command": "sh", "disabled": true}
+  },
+  "globalShortcut": "Ctrl+Space"
+}"#;
+
+#[test]
+fn claude_desktop_servers_become_mcp_servers_with_the_usual_defaults() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("claude.json"), CLAUDE).unwrap();
+    let f = load(tmp.path(), "[[mcp_import]]\npath = \"claude.json\"\n");
+    assert!(!f.has_errors(), "{:#?}", texts(&f));
+    let names: Vec<&str> = f.mcp_servers.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["files", "local"]);
+    let files = server(&f, "files");
+    assert_eq!(files.prefix, "files_");
+    assert_eq!(files.timeout_seconds, 30.0);
+    assert_eq!(files.origin.file, tmp.path().join("claude.json"));
+    assert_eq!((files.origin.line, files.origin.col), (3, 5));
+    let McpTransport::Stdio { command, env, cwd } = &files.transport else {
+        panic!("{files:?}")
+    };
+    assert_eq!(command[1..], ["-c", "exec cat"]);
+    assert_eq!(env["LEVEL"], "3");
+    assert_eq!(env["DEBUG"], "true");
+    assert_eq!(cwd, &tmp.path().to_path_buf());
+    let McpTransport::Http { url, headers } = &server(&f, "local").transport else {
+        panic!()
+    };
+    assert_eq!(url, "http://127.0.0.1:8808/mcp");
+    assert_eq!(headers["X-A"], "b");
+    // The https server is reported, not started, and not an error.
+    assert_eq!(f.unbridged.len(), 1, "{:#?}", f.unbridged);
+    assert_eq!(f.unbridged[0].name, "remote");
+    assert!(f.unbridged[0].reason.contains("no TLS"));
+    let t = texts(&f);
+    assert!(
+        t.iter()
+            .any(|d| d.contains("claude.json:8:5: warning: MCP server `remote` (http https://mcp.example.com/mcp) is not bridged")),
+        "{t:#?}"
+    );
+}
+
+#[test]
+fn overrides_on_our_side_change_prefix_filters_role_timeout_and_concurrency() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("claude.json"), CLAUDE).unwrap();
+    let manifest = r#"
+[[mcp_import]]
+path = "claude.json"
+role = "assistant"
+timeout_seconds = 12
+
+[mcp_import.servers.files]
+prefix = "f_"
+include = ["read", "list"]
+exclude = ["list"]
+timeout_seconds = 60
+max_concurrency = 2
+
+[mcp_import.servers.local]
+enabled = false
+
+[mcp_import.servers.gone]
+prefix = "g_"
+"#;
+    let f = load(tmp.path(), manifest);
+    assert!(!f.has_errors(), "{:#?}", texts(&f));
+    assert_eq!(f.mcp_servers.len(), 1);
+    let s = server(&f, "files");
+    assert_eq!(s.prefix, "f_");
+    assert_eq!(
+        s.include.as_deref(),
+        Some(&["read".to_string(), "list".into()][..])
+    );
+    assert_eq!(s.exclude, ["list"]);
+    assert_eq!(s.timeout_seconds, 60.0);
+    assert_eq!(s.role.as_deref(), Some("assistant"));
+    assert_eq!(s.max_concurrency.map(|n| n.get()), Some(2));
+    let t = texts(&f);
+    assert!(
+        t.iter().any(|d| d.contains(
+            "m.toml:17:21: warning: `servers.gone` of this [[mcp_import]] names no server"
+        )),
+        "{t:#?}"
+    );
+}
+
+#[test]
+fn vscode_jsonc_with_env_and_workspace_variables() {
+    let tmp = tempfile::tempdir().unwrap();
+    let vs = tmp.path().join("proj/.vscode");
+    std::fs::create_dir_all(&vs).unwrap();
+    std::fs::write(
+        vs.join("mcp.json"),
+        r#"// VS Code writes comments
+{
+  "servers": {
+    "gh": {
+      "type": "stdio",
+      "command": "sh",
+      "args": ["${workspaceFolder}/x", "${NEKO_IMPORT_TEST_NOPE:-dflt}"],
+      "env": {"TOKEN": "${env:PATH}"}, // trailing comma next
+    },
+  },
+}"#,
+    )
+    .unwrap();
+    let f = load(
+        tmp.path(),
+        "[[mcp_import]]\npath = \"proj/.vscode/mcp.json\"\n",
+    );
+    assert!(!f.has_errors(), "{:#?}", texts(&f));
+    let McpTransport::Stdio { command, env, cwd } = &server(&f, "gh").transport else {
+        panic!()
+    };
+    let proj = tmp.path().join("proj");
+    assert_eq!(command[1], format!("{}/x", proj.display()));
+    assert_eq!(command[2], "dflt");
+    assert_eq!(env["TOKEN"], std::env::var("PATH").unwrap());
+    assert_eq!(cwd, &proj);
+}
+
+#[test]
+fn an_input_variable_is_an_error_at_its_place_naming_the_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("mcp.json"),
+        "{\"servers\": {\n  \"gh\": {\"command\": \"sh\",\n    \"env\": {\"T\": \"${input:token}\"}}}}",
+    )
+    .unwrap();
+    let f = load(
+        tmp.path(),
+        "[[tool]]\nname = \"x\"\n\n[[mcp_import]]\npath = \"mcp.json\"\n",
+    );
+    assert!(f.has_errors());
+    assert!(f.mcp_servers.is_empty() && f.tools.is_empty());
+    let t = texts(&f);
+    let want = format!(
+        "{}:3:18: error: `env.T` of MCP server `gh`: `${{input:token}}` is an input that VS Code asks the user for",
+        tmp.path().join("mcp.json").display()
+    );
+    assert!(t.iter().any(|d| d.starts_with(&want)), "{t:#?}");
+}
+
+#[test]
+fn json_syntax_errors_have_line_and_column() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("c.json"),
+        "{\n  \"mcpServers\": {\n    \"a\": {\"command\": \"sh\"}\n    \"b\": {}\n  }\n}\n",
+    )
+    .unwrap();
+    let f = load(tmp.path(), "[[mcp_import]]\npath = \"c.json\"\n");
+    let t = texts(&f);
+    assert_eq!(t.len(), 1, "{t:#?}");
+    assert!(
+        t[0].ends_with("c.json:4:5: error: not JSON: expected `,` or `}` after an object member"),
+        "{t:#?}"
+    );
+}
+
+const NEKO: &str = r#"[plugin]
+name = "MCP Adapter"
+id = "mcp_adapter"
+
+[mcp_servers]
+
+[mcp_servers.filesystem]
+transport = "stdio"
+command = "sh"
+args = ["-c", "exec cat"]
+env = { LEVEL = "2" }
+enabled = true
+
+[mcp_servers.old]
+transport = "sse"
+url = "http://127.0.0.1:9000/sse"
+
+[mcp_servers.web]
+transport = "streamable-http"
+url = "http://localhost:8808/mcp"
+
+[mcp_servers.paused]
+transport = "stdio"
+command = "sh"
+enabled = false
+
+[mcp_adapter]
+connect_timeout = 30
+tool_timeout = 60
+"#;
+
+#[test]
+fn neko_mcp_adapter_servers_are_read_and_sse_is_reported_as_not_bridged() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("plugin.toml"), NEKO).unwrap();
+    let f = load(tmp.path(), "[[mcp_import]]\npath = \"plugin.toml\"\n");
+    assert!(!f.has_errors(), "{:#?}", texts(&f));
+    let names: Vec<&str> = f.mcp_servers.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["filesystem", "web"]);
+    // The adapter's own call timeout is ours too.
+    assert_eq!(server(&f, "web").timeout_seconds, 60.0);
+    assert_eq!(
+        (server(&f, "web").origin.line, server(&f, "web").origin.col),
+        (18, 14)
+    );
+    assert_eq!(f.unbridged.len(), 1);
+    let old = &f.unbridged[0];
+    assert_eq!(old.name, "old");
+    assert_eq!(old.transport, "sse http://127.0.0.1:9000/sse");
+    assert!(old.reason.contains("no client"), "{}", old.reason);
+    assert_eq!(old.origin.line, 14);
+}
+
+#[test]
+fn a_file_without_a_server_list_or_missing_is_an_error_at_the_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("x.json"), "{\"other\": 1}").unwrap();
+    let f = load(tmp.path(), "[[mcp_import]]\npath = \"x.json\"\n");
+    let t = texts(&f);
+    assert!(
+        t[0].contains(
+            "x.json:1:1: error: no MCP server list here: expected an object `mcpServers`"
+        ),
+        "{t:#?}"
+    );
+    let f = load(tmp.path(), "[[mcp_import]]\npath = \"nope.json\"\n");
+    let t = texts(&f);
+    assert!(
+        t[0].contains("m.toml:2:8: error: the file \"nope.json\" of this [[mcp_import]]"),
+        "{t:#?}"
+    );
+    assert!(t[0].contains("does not exist"), "{t:#?}");
+}
+
+#[test]
+fn a_name_that_is_not_ours_is_made_one_with_a_warning() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("c.json"),
+        "{\"mcpServers\": {\"my server\": {\"command\": \"sh\"}}}",
+    )
+    .unwrap();
+    let f = load(tmp.path(), "[[mcp_import]]\npath = \"c.json\"\n");
+    assert!(!f.has_errors(), "{:#?}", texts(&f));
+    assert_eq!(server(&f, "my_server").prefix, "my_server_");
+    assert!(texts(&f)[0].contains("is called `my_server` here"));
+}
+
+#[test]
+fn the_path_may_use_environment_variables_and_an_unset_one_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("c.json"), CLAUDE).unwrap();
+    let f = load(
+        tmp.path(),
+        "[[mcp_import]]\npath = \"${NEKO_IMPORT_TEST_UNSET}/c.json\"\n",
+    );
+    let t = texts(&f);
+    assert!(
+        t[0].contains("m.toml:2:8: error: `path` of this [[mcp_import]]: the environment variable `NEKO_IMPORT_TEST_UNSET` is not set"),
+        "{t:#?}"
+    );
+    // A set variable (cargo sets this one for tests) shows expanded in the
+    // error about the file.
+    let home = std::env::var("CARGO_MANIFEST_DIR").unwrap();
+    let f = load(
+        tmp.path(),
+        "[[mcp_import]]\npath = \"${CARGO_MANIFEST_DIR}/surely-not-here.json\"\n",
+    );
+    let t = texts(&f);
+    assert!(
+        t[0].contains(&format!("({home}/surely-not-here.json) does not exist")),
+        "{t:#?}"
+    );
+}
