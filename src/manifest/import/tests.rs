@@ -80,6 +80,7 @@ fn overrides_on_our_side_change_prefix_filters_role_timeout_and_concurrency() {
 path = "claude.json"
 role = "assistant"
 timeout_seconds = 12
+startup_timeout_seconds = 300
 
 [mcp_import.servers.files]
 prefix = "f_"
@@ -105,12 +106,13 @@ prefix = "g_"
     );
     assert_eq!(s.exclude, ["list"]);
     assert_eq!(s.timeout_seconds, 60.0);
+    assert_eq!(s.startup_timeout_seconds, 300.0);
     assert_eq!(s.role.as_deref(), Some("assistant"));
     assert_eq!(s.max_concurrency.map(|n| n.get()), Some(2));
     let t = texts(&f);
     assert!(
         t.iter().any(|d| d.contains(
-            "m.toml:17:21: warning: `servers.gone` of this [[mcp_import]] names no server"
+            "m.toml:18:21: warning: `servers.gone` of this [[mcp_import]] names no server"
         )),
         "{t:#?}"
     );
