@@ -2,7 +2,9 @@
 //! its HTTP/1.1, exec and http handlers, and the example handlers.
 
 mod examples;
+#[cfg(unix)]
 mod exec;
 mod http;
 mod server;
+mod tree;
 mod wire;

@@ -5,6 +5,9 @@
 mod e2e;
 mod no_role;
 mod recovery;
+#[cfg(unix)]
 mod reload;
+#[cfg(unix)]
 mod signals;
+#[cfg(target_os = "linux")]
 mod systemd;
