@@ -718,7 +718,7 @@ pub(super) fn read_command(
         path_var.map(std::ffi::OsStr::new),
     ) {
         let msg = format!(
-            "the program `{program}` of {} is not on PATH: calls of this tool will fail until it is installed; {tried}",
+            "the program `{program}` of {} is {tried}; calls of this tool will fail until it is installed",
             r.what
         );
         r.warning(&psp, msg);

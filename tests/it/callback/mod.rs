@@ -2,7 +2,8 @@
 //! its HTTP/1.1, exec and http handlers, and the example handlers.
 
 mod examples;
-#[cfg(unix)]
+// `sh` scripts, and /proc to see a process gone.
+#[cfg(target_os = "linux")]
 mod exec;
 mod http;
 mod server;

@@ -2,6 +2,8 @@
 //! handlers, recovery, manifest reloads, signals and exit codes, systemd
 //! notifications, and a main_server with no role yet.
 
+// `sh` and python3 handlers; signals.
+#[cfg(unix)]
 mod e2e;
 mod no_role;
 mod recovery;
