@@ -324,8 +324,6 @@ handler = { type = "http", url = "http://127.0.0.1:9876/tool" }
 /// (tests run as root in some containers): there a symlink to
 /// `/proc/self/mem` stands in, a regular file whose first page cannot be read
 /// (EIO), so the same code path is exercised with another reason.
-// /proc/self/mem is Linux.
-#[cfg(target_os = "linux")]
 #[test]
 fn manifest_unreadable() {
     let tmp = tempfile::tempdir().unwrap();

@@ -17,7 +17,8 @@ mod support;
 
 mod admin;
 mod callback;
-#[cfg(unix)]
+// Unix paths, modes and symlinks, and /proc/self/mem.
+#[cfg(target_os = "linux")]
 mod check_fixtures;
 mod contract;
 mod daemon;

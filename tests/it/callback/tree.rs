@@ -19,16 +19,21 @@ use crate::support::{BIN, WAIT, exec_tool, wait_until};
 /// the grandchild's URL to `url.txt` in `dir`, and never answers.
 fn tree_tool(dir: &Path, extra: &str) -> String {
     let out = dir.join("url.txt");
-    let line = format!(
-        "\"{BIN}\" dev-mcp --http 127.0.0.1:0 > \"{}\"",
-        out.display()
-    );
-    // `; true` keeps sh from exec'ing the last command itself, so the
-    // server is a grandchild of the sidecar, not the handler's own process.
     let argv: Vec<String> = if cfg!(windows) {
+        // Unquoted: std quotes the whole line for cmd.exe, and cmd strips
+        // that outer pair only when nothing inside is quoted (the test
+        // binary's and the temporary folder's paths have no spaces).
+        let line = format!("{BIN} dev-mcp --http 127.0.0.1:0 > {}", out.display());
         vec!["cmd".into(), "/c".into(), line]
     } else {
-        vec!["sh".into(), "-c".into(), format!("{line}; true")]
+        // `; true` keeps sh from exec'ing the last command itself, so the
+        // server is a grandchild of the sidecar, not the handler's own
+        // process.
+        let line = format!(
+            "'{BIN}' dev-mcp --http 127.0.0.1:0 > '{}'; true",
+            out.display()
+        );
+        vec!["sh".into(), "-c".into(), line]
     };
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     exec_tool("tree", "d", &argv, extra)
