@@ -3,7 +3,8 @@
 //! reconcile loop is proven alive.
 //!
 //! Messages are datagrams of `KEY=VALUE` lines sent to `NOTIFY_SOCKET`
-//! (sd_notify(3)). The socket path and the watchdog interval are values of a
+//! (sd_notify(3)) through `os::NotifySocket`: only Linux has one, and
+//! elsewhere a `NOTIFY_SOCKET` is reported and ignored. The socket path and the watchdog interval are values of a
 //! `Notifier`, read from the environment once by `Notifier::from_env`, so tests
 //! pass their own and never touch the process environment. With no socket
 //! every call is a no-op, so the daemon runs the same outside systemd. This

@@ -59,9 +59,9 @@ pub(crate) fn is_change(kind: &EventKind) -> bool {
 pub(crate) struct DirWatch {
     watcher: notify::RecommendedWatcher,
     dirs: Vec<PathBuf>,
-    /// The identity (device and inode on Unix) each directory had when it was watched: a new
-    /// inode at the same path is a re-created directory, whose old watch
-    /// is dead.
+    /// The identity each directory had when it was watched (`os::file_id`:
+    /// device and inode on Unix): another one at the same path is a
+    /// re-created directory, whose old watch is dead.
     watched: HashMap<PathBuf, crate::os::FileId>,
 }
 
