@@ -132,11 +132,17 @@ impl ServerProcess {
             self.tree.kill();
             return crate::os::describe_exit(status);
         }
-        if self.tree.terminate() {
-            if let Ok(Ok(status)) = tokio::time::timeout_at(deadline, self.tree.wait()).await {
-                self.tree.kill();
-                return format!("{} after SIGTERM", crate::os::describe_exit(status));
-            }
+        // Where there is no SIGTERM (Windows), the closed stdin keeps the
+        // rest of the time to work.
+        let asked = self.tree.terminate();
+        if let Ok(Ok(status)) = tokio::time::timeout_at(deadline, self.tree.wait()).await {
+            self.tree.kill();
+            let how = crate::os::describe_exit(status);
+            return if asked {
+                format!("{how} after SIGTERM")
+            } else {
+                how
+            };
         }
         self.tree.kill();
         // A kill cannot be refused; the wait only reaps.
