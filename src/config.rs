@@ -207,6 +207,11 @@ fn build(
                     "`manifest_dirs` is empty: list at least one directory of tool manifests",
                 );
             }
+            for (d, dsp) in &dirs {
+                if let Some(why) = crate::os::Platform::CURRENT.foreign_path(d) {
+                    top.error(dsp, format!("manifest directory \"{d}\": {why}"));
+                }
+            }
             dirs.into_iter()
                 .map(|(d, _)| absolutize(base, &d))
                 .collect()
@@ -593,6 +598,25 @@ pub(crate) fn runtime_path(p: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_manifest_dir_written_for_another_platform_is_an_error_that_says_so() {
+        let (dir, why) = if cfg!(windows) {
+            ("/srv/tools", "it has no drive letter")
+        } else {
+            (r"C:\\plugins\\tools", "it is a Windows path, and this is ")
+        };
+        let e = errors(&format!(
+            "source = \"plugin:w\"\nmanifest_dirs = [\"{dir}\"]\n"
+        ));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(
+            e[0].contains("2:18: error: manifest directory "),
+            "{}",
+            e[0]
+        );
+        assert!(e[0].contains(why), "{}", e[0]);
+    }
 
     fn parse_ok(text: &str) -> AgentConfig {
         let (cfg, diags) = parse(Path::new("/etc/x/agent.toml"), text);

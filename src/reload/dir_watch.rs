@@ -24,7 +24,6 @@
 //! events, which was most of an idle daemon's CPU time.)
 
 use std::collections::{BTreeSet, HashMap};
-use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -71,10 +70,10 @@ pub(crate) struct DirWatch {
     /// The files outside `dirs` to follow; shared with the event handler,
     /// which counts only events on them in their folders.
     files: Arc<RwLock<BTreeSet<PathBuf>>>,
-    /// The (device, inode) each directory had when it was watched: a new
-    /// inode at the same path is a re-created directory, whose old watch
-    /// is dead.
-    watched: HashMap<PathBuf, (u64, u64)>,
+    /// The identity each directory had when it was watched (`os::file_id`:
+    /// device and inode on Unix): another one at the same path is a
+    /// re-created directory, whose old watch is dead.
+    watched: HashMap<PathBuf, crate::os::FileId>,
 }
 
 impl std::fmt::Debug for DirWatch {
@@ -141,7 +140,7 @@ impl DirWatch {
     /// directory that exists and is not watched yet (or was re-created),
     /// and forgets the ones that are gone or no longer needed.
     pub(crate) fn refresh(&mut self, files: Vec<PathBuf>) {
-        let id_of = |d: &std::path::Path| std::fs::metadata(d).ok().map(|m| (m.dev(), m.ino()));
+        let id_of = |d: &std::path::Path| std::fs::metadata(d).ok().map(|m| crate::os::file_id(&m));
         let mut wanted: Vec<PathBuf> = self.dirs.clone();
         let mut followed = BTreeSet::new();
         for f in files {
@@ -186,7 +185,7 @@ impl DirWatch {
             let id = std::fs::metadata(dir)
                 .ok()
                 .filter(std::fs::Metadata::is_dir)
-                .map(|m| (m.dev(), m.ino()));
+                .map(|m| crate::os::file_id(&m));
             let known = self.watched.get(dir).copied();
             if id == known {
                 continue;

@@ -5,7 +5,9 @@
 
 use std::path::Path;
 
-use serde_json::{Value as Json, json};
+use serde_json::Value as Json;
+#[cfg(unix)]
+use serde_json::json;
 
 use crate::support::admin::*;
 use crate::support::{BIN, Workspace, dev_server, refused_port};
@@ -144,11 +146,14 @@ async fn status_exits_2_when_the_admin_endpoint_cannot_be_read() {
     assert!(out.stderr.contains("turned off"), "{}", out.stderr);
 }
 
+#[cfg(unix)]
 fn answer(out: &Out) -> Json {
     serde_json::from_str(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}{}", out.stdout, out.stderr))
 }
 
+// Its handlers are `sh` scripts.
+#[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_shows_what_the_model_sees() {
     let h = dev_server().await;

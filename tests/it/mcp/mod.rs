@@ -19,6 +19,7 @@ mod answers;
 mod http;
 mod import;
 mod probe;
+#[cfg(target_os = "linux")]
 mod process;
 mod slow;
 mod status;
