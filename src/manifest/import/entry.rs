@@ -18,7 +18,6 @@ use super::node::{Node, Value};
 use crate::config::{absolutize, runtime_path};
 use crate::contract::url_host_is_loopback;
 use crate::diag::{Diagnostic, SourceText};
-use crate::manifest::load::find_in_path;
 use crate::manifest::{LoadContext, McpTransport};
 
 /// What an entry asks for.
@@ -324,9 +323,13 @@ impl EntryReader<'_, '_> {
                 return None;
             }
             argv[0] = runtime_path(&p).to_string_lossy().into_owned();
-        } else if find_in_path(&program).is_none() {
+        } else if let Err(tried) = crate::os::resolve_program(
+            &program,
+            &cwd,
+            env.get("PATH").map(std::ffi::OsStr::new),
+        ) {
             let msg = format!(
-                "the program `{program}` of MCP server `{}` is not on the sidecar's PATH: the server cannot start until it is installed (or give its full path)",
+                "the program `{program}` of MCP server `{}` is {tried}: the server cannot start until it is installed (or give its full path)",
                 self.name
             );
             self.diags.push(self.src.warning(&cmd.span, msg));
