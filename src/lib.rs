@@ -25,6 +25,7 @@ pub mod engine;
 pub mod logging;
 pub mod manifest;
 pub mod mcp;
+pub mod os;
 pub mod planner;
 pub mod registration;
 pub mod reload;

@@ -11,14 +11,14 @@
 //! so through `ready()` and `Heartbeat::beat()`.
 
 use std::io;
-use std::os::unix::net::{SocketAddr, UnixDatagram};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use sd_notify::NotifyState;
 use tokio_util::sync::CancellationToken;
+
+use crate::os::NotifySocket;
 
 /// The variables through which systemd talks to the main process only.
 /// Remove them from the environment of child processes (exec handlers), so
@@ -42,14 +42,13 @@ pub enum NotifyError {
     Clock(io::Error),
 }
 
-/// Where notifications go: the address is resolved once, the socket is
-/// unbound and reused for every datagram.
+/// Where notifications go (the socket itself is in `os`: only Linux has
+/// one).
 #[derive(Debug)]
 struct Target {
     /// As given, for messages.
     path: PathBuf,
-    addr: SocketAddr,
-    socket: UnixDatagram,
+    socket: NotifySocket,
 }
 
 /// Sends notify-protocol messages to one socket, or nowhere.
@@ -62,10 +61,6 @@ pub struct Notifier {
     /// arrives within it. `None`: no watchdog is configured.
     watchdog: Option<Duration>,
 }
-
-/// How long one datagram may block. systemd drains its socket quickly; the
-/// bound only keeps a stuck manager from wedging the caller's thread.
-const SEND_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Notifier {
     /// A notifier that sends nothing (not running under systemd).
@@ -81,26 +76,22 @@ impl Notifier {
             return Ok(Self::disabled());
         };
         let notifier = Self::with_socket(PathBuf::from(path))?;
-        Ok(match sd_notify::watchdog_enabled() {
+        Ok(match crate::os::systemd_watchdog() {
             Some(usec) => notifier.with_watchdog(usec),
             None => notifier,
         })
     }
 
     /// Sends to this socket. A leading `@` names a Linux abstract socket,
-    /// as in `NOTIFY_SOCKET`.
+    /// as in `NOTIFY_SOCKET`. Off Linux this is an error that says so.
     pub fn with_socket(path: impl Into<PathBuf>) -> Result<Self, NotifyError> {
         let path = path.into();
-        let invalid = |source| NotifyError::Address {
+        let socket = NotifySocket::connect(&path).map_err(|source| NotifyError::Address {
             path: path.clone(),
             source,
-        };
-        let addr = socket_addr(&path).map_err(invalid)?;
-        let socket = UnixDatagram::unbound()
-            .and_then(|s| s.set_write_timeout(Some(SEND_TIMEOUT)).map(|()| s))
-            .map_err(invalid)?;
+        })?;
         Ok(Self {
-            target: Some(Arc::new(Target { path, addr, socket })),
+            target: Some(Arc::new(Target { path, socket })),
             watchdog: None,
         })
     }
@@ -123,14 +114,14 @@ impl Notifier {
 
     /// `READY=1`: startup, or a reload, is complete.
     pub fn ready(&self) -> Result<(), NotifyError> {
-        self.send(&[NotifyState::Ready])
+        self.send(&["READY=1".into()])
     }
 
     /// `STATUS=...`: one line shown by `systemctl status`. Line breaks would
     /// end the value and start a new `KEY=VALUE`, so they become spaces.
     pub fn status(&self, line: &str) -> Result<(), NotifyError> {
         let line = line.replace(['\n', '\r'], " ");
-        self.send(&[NotifyState::Status(&line)])
+        self.send(&[format!("STATUS={line}")])
     }
 
     /// `RELOADING=1` with `MONOTONIC_USEC`: systemd ≥ 253 fails a
@@ -140,13 +131,13 @@ impl Notifier {
         if !self.is_enabled() {
             return Ok(());
         }
-        let now = NotifyState::monotonic_usec_now().map_err(NotifyError::Clock)?;
-        self.send(&[NotifyState::Reloading, now])
+        let now = crate::os::monotonic_usec().map_err(NotifyError::Clock)?;
+        self.send(&["RELOADING=1".into(), format!("MONOTONIC_USEC={now}")])
     }
 
     /// `STOPPING=1`: shutdown has begun.
     pub fn stopping(&self) -> Result<(), NotifyError> {
-        self.send(&[NotifyState::Stopping])
+        self.send(&["STOPPING=1".into()])
     }
 
     /// A watchdog for this notifier, when systemd configured one.
@@ -161,7 +152,8 @@ impl Notifier {
         })
     }
 
-    fn send(&self, states: &[NotifyState<'_>]) -> Result<(), NotifyError> {
+    /// Sends `KEY=VALUE` lines (sd_notify(3)).
+    fn send(&self, states: &[String]) -> Result<(), NotifyError> {
         let Some(target) = &self.target else {
             return Ok(());
         };
@@ -173,10 +165,7 @@ impl Notifier {
             path: target.path.clone(),
             source,
         };
-        let sent = target
-            .socket
-            .send_to_addr(msg.as_bytes(), &target.addr)
-            .map_err(err)?;
+        let sent = target.socket.send(msg.as_bytes()).map_err(err)?;
         if sent != msg.len() {
             return Err(err(io::Error::new(
                 io::ErrorKind::WriteZero,
@@ -184,16 +173,6 @@ impl Notifier {
             )));
         }
         Ok(())
-    }
-}
-
-fn socket_addr(path: &Path) -> io::Result<SocketAddr> {
-    use std::os::linux::net::SocketAddrExt as _;
-    use std::os::unix::ffi::OsStrExt as _;
-    let bytes = path.as_os_str().as_bytes();
-    match bytes.strip_prefix(b"@") {
-        Some(name) => SocketAddr::from_abstract_name(name),
-        None => SocketAddr::from_pathname(path),
     }
 }
 
@@ -286,7 +265,7 @@ impl Watchdog {
                         tracing::info!("the reconcile loop is alive again; watchdog pings resume");
                         wedged = false;
                     }
-                    if let Err(e) = self.notifier.send(&[NotifyState::Watchdog]) {
+                    if let Err(e) = self.notifier.send(&["WATCHDOG=1".into()]) {
                         tracing::warn!("{e}");
                     }
                 }
@@ -322,14 +301,5 @@ mod tests {
         n.ready().unwrap();
         n.reloading().unwrap();
         assert!(n.watchdog(Heartbeat::new()).is_none());
-    }
-
-    #[test]
-    fn abstract_names_start_with_an_at_sign() {
-        use std::os::linux::net::SocketAddrExt as _;
-        let a = socket_addr(Path::new("@neko/notify")).unwrap();
-        assert_eq!(a.as_abstract_name(), Some(&b"neko/notify"[..]));
-        let p = socket_addr(Path::new("/run/systemd/notify")).unwrap();
-        assert_eq!(p.as_pathname(), Some(Path::new("/run/systemd/notify")));
     }
 }

@@ -1,14 +1,18 @@
 //! The exec handler: one process per call, the callback body on stdin, the
 //! answer on stdout.
 //!
-//! The program runs without a shell, in its own process group (so a timeout
-//! can stop it together with everything it started), in the manifest's cwd
+//! The program is looked up on PATH as the platform's shell would (PATHEXT
+//! on Windows, so `npx` is `npx.cmd`) and runs without a shell, at the
+//! root of a process tree of its own (`os::ProcessTree`: a process group on
+//! Unix, a Job Object on Windows), so a timeout can stop it together with
+//! everything it started, in the manifest's cwd
 //! with the manifest's env plus `NEKO_TOOL_NAME` and `NEKO_CALL_ID`. stdout
 //! is read up to `max_output_bytes`; stderr is logged line by line and its
-//! tail kept for error messages. Whatever happens, the process group is
+//! tail kept for error messages. Whatever happens, the process tree is
 //! stopped and the child reaped: a call never leaves a zombie or a
 //! straggler behind. A handler stopped early (deadline, too much output)
-//! gets SIGTERM, then SIGKILL after `kill_grace`, in a background task the
+//! gets SIGTERM, then SIGKILL after `kill_grace` (on Windows, which has no
+//! SIGTERM, its Job Object is ended at once), in a background task the
 //! drain waits for, so the answer is not delayed by the grace. The answer
 //! is the handler's exit, not the end of its stdout: a background job it
 //! started may hold stdout open, so once the handler has exited its output
@@ -16,19 +20,21 @@
 //! (the job is stopped like a handler stopped early). The answer's shape is
 //! decided in `envelope`, not here.
 
+use std::ffi::OsStr;
 use std::io::ErrorKind;
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rustix::process::{Pid, Signal, kill_process_group};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::{ChildStdout, Command};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::handler::{HandlerContext, HandlerError, Invocation};
 use crate::manifest::ExecHandler;
+use crate::os::ProcessTree;
 
 /// How much of stderr is kept for error messages.
 const STDERR_TAIL_BYTES: usize = 2048;
@@ -56,13 +62,28 @@ pub(crate) async fn call(
             reason: "the command is empty".into(),
         });
     };
-    let mut command = Command::new(program);
+    if !h.cwd.is_dir() {
+        return Err(HandlerError::NotStarted {
+            program: program.clone(),
+            reason: format!("its working directory {} does not exist", h.cwd.display()),
+        });
+    }
+    // The manifest's own PATH, if it sets one, is where the program is
+    // looked for, as a shell would.
+    let path_var = h.env.get("PATH").map(OsStr::new);
+    let resolved = crate::os::resolve_program(program, &h.cwd, path_var).map_err(|reason| {
+        HandlerError::NotStarted {
+            program: program.clone(),
+            reason,
+        }
+    })?;
+    let mut command = Command::new(&resolved);
     // systemd's notify variables belong to the service's main process: a
     // handler using an sd_notify library must not speak for the sidecar.
     for var in crate::systemd::SERVICE_ONLY_ENV {
         command.env_remove(var);
     }
-    let mut child = command
+    command
         .args(args)
         .current_dir(&h.cwd)
         .envs(&h.env)
@@ -70,21 +91,15 @@ pub(crate) async fn call(
         .env("NEKO_CALL_ID", call.call_id)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        // A last resort: every path below reaps the child itself.
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| HandlerError::NotStarted {
-            program: program.clone(),
-            reason: spawn_reason(&e, h),
-        })?;
-    let group = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .and_then(Pid::from_raw);
+        .stderr(Stdio::piped());
+    // Dropping the tree ends it: a last resort, as every path below stops
+    // and reaps it itself.
+    let mut child = ProcessTree::spawn(command).map_err(|e| HandlerError::NotStarted {
+        program: program.clone(),
+        reason: spawn_reason(&e, &resolved),
+    })?;
 
-    if let Some(mut stdin) = child.stdin.take() {
+    if let Some(mut stdin) = child.take_stdin() {
         let body = call.body.clone();
         let tool = tool.to_string();
         tokio::spawn(async move {
@@ -106,11 +121,10 @@ pub(crate) async fn call(
     }
     let tail = Arc::new(Mutex::new(Vec::new()));
     let stderr_task = child
-        .stderr
-        .take()
+        .take_stderr()
         .map(|s| tokio::spawn(log_stderr(s, tool.to_string(), tail.clone())));
-    let Some(mut stdout) = child.stdout.take() else {
-        stop(&mut child, group, Duration::ZERO, &ctx.hard_stop).await;
+    let Some(mut stdout) = child.take_stdout() else {
+        stop(&mut child, Duration::ZERO, &ctx.hard_stop).await;
         return Err(HandlerError::Failed {
             detail: "the handler's stdout was not captured".into(),
         });
@@ -180,12 +194,12 @@ pub(crate) async fn call(
     // happens in a tracked background task so the answer does not wait for
     // it (it must reach main_server before its timeout). A drain waits for
     // that task too, and a forced stop cuts its grace short.
-    let stop_later = |child: Child, stderr_task: Option<tokio::task::JoinHandle<()>>| {
+    let stop_later = |child: ProcessTree, stderr_task: Option<tokio::task::JoinHandle<()>>| {
         let grace = ctx.kill_grace;
         let hard_stop = ctx.hard_stop.clone();
         ctx.tasks.spawn(async move {
             let mut child = child;
-            stop(&mut child, group, grace, &hard_stop).await;
+            stop(&mut child, grace, &hard_stop).await;
             if let Some(t) = stderr_task {
                 t.abort();
             }
@@ -200,16 +214,16 @@ pub(crate) async fn call(
                      answering with what it wrote and stopping that process \
                      (redirect a background job's output, e.g. `job >/dev/null 2>&1 &`)"
                 );
-                // The leader is reaped, so the group's stragglers get the
+                // The root is reaped, so the tree's stragglers get the
                 // grace a handler stopped early gets, in the background.
                 let grace = ctx.kill_grace;
                 let hard_stop = ctx.hard_stop.clone();
                 ctx.tasks.spawn(async move {
-                    stop_stragglers(group, grace, &hard_stop, stdout).await;
+                    stop_stragglers(child, grace, &hard_stop, stdout).await;
                 });
             } else {
                 // Stragglers of a finished handler (background jobs) go too.
-                stop(&mut child, group, Duration::ZERO, &ctx.hard_stop).await;
+                stop(&mut child, Duration::ZERO, &ctx.hard_stop).await;
             }
             if status.success() {
                 if let Some(t) = stderr_task {
@@ -249,7 +263,7 @@ pub(crate) async fn call(
             })
         }
         End::Stopped => {
-            stop(&mut child, group, Duration::ZERO, &ctx.hard_stop).await;
+            stop(&mut child, Duration::ZERO, &ctx.hard_stop).await;
             if let Some(t) = stderr_task {
                 t.abort();
             }
@@ -258,93 +272,78 @@ pub(crate) async fn call(
     }
 }
 
-/// Stops the handler's process group: SIGTERM, up to `grace` (or until
-/// `hard_stop`) for the leader to exit, then SIGKILL to the whole group
-/// (stragglers included), then reaps the leader. With no grace, SIGKILL at
-/// once.
-async fn stop(
-    child: &mut Child,
-    group: Option<Pid>,
-    grace: Duration,
-    hard_stop: &CancellationToken,
-) {
-    let Some(group) = group else {
-        // No id at spawn: nothing to signal; kill_on_drop is the fallback.
-        return;
-    };
-    if !grace.is_zero() && matches!(child.try_wait(), Ok(None)) {
-        // ESRCH (already gone) is the only expected error; nothing to do.
-        let _ = kill_process_group(group, Signal::TERM);
+/// Stops the handler's process tree: SIGTERM, up to `grace` (or until
+/// `hard_stop`) for the root to exit, then SIGKILL to the whole tree
+/// (stragglers included), then reaps the root. With no grace, or where
+/// there is no SIGTERM (Windows), the tree is killed at once.
+async fn stop(child: &mut ProcessTree, grace: Duration, hard_stop: &CancellationToken) {
+    if !grace.is_zero() && matches!(child.try_wait(), Ok(None)) && child.terminate() {
         tokio::select! {
             _ = tokio::time::timeout(grace, child.wait()) => {}
             () = hard_stop.cancelled() => {}
         }
     }
-    let _ = kill_process_group(group, Signal::KILL);
+    child.kill();
     if let Err(e) = child.wait().await {
         tracing::warn!(error = %e, "reaping a handler process failed");
     }
 }
 
-/// Stops what is left of a handler whose leader has exited and been
-/// reaped but whose `stdout` something in its group still holds: SIGTERM
-/// to the group, up to `grace` (or until `hard_stop`) for stdout to close,
-/// which says its holder is gone, then SIGKILL to the whole group. There is
+/// Stops what is left of a handler whose root has exited and been reaped
+/// but whose `stdout` something in its tree still holds: SIGTERM to the
+/// tree, up to `grace` (or until `hard_stop`) for stdout to close, which
+/// says its holder is gone, then SIGKILL to the whole tree. There is
 /// nobody to reap: the stragglers are not our children.
 async fn stop_stragglers(
-    group: Option<Pid>,
+    mut tree: ProcessTree,
     grace: Duration,
     hard_stop: &CancellationToken,
     mut stdout: ChildStdout,
 ) {
-    let Some(group) = group else {
-        return;
-    };
-    // ESRCH (already gone) is the only expected error; nothing to do.
-    let _ = kill_process_group(group, Signal::TERM);
-    let drained = async {
-        let mut sink = [0u8; 4096];
-        while let Ok(n) = stdout.read(&mut sink).await {
-            if n == 0 {
-                break;
+    if tree.terminate() {
+        let drained = async {
+            let mut sink = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut sink).await {
+                if n == 0 {
+                    break;
+                }
             }
+        };
+        tokio::select! {
+            _ = tokio::time::timeout(grace, drained) => {}
+            () = hard_stop.cancelled() => {}
         }
-    };
-    tokio::select! {
-        _ = tokio::time::timeout(grace, drained) => {}
-        () = hard_stop.cancelled() => {}
     }
-    let _ = kill_process_group(group, Signal::KILL);
+    tree.kill();
 }
 
-fn spawn_reason(e: &std::io::Error, h: &ExecHandler) -> String {
-    if !h.cwd.is_dir() {
-        return format!("its working directory {} does not exist", h.cwd.display());
-    }
+fn spawn_reason(e: &std::io::Error, program: &Path) -> String {
+    let batch = program
+        .extension()
+        .and_then(OsStr::to_str)
+        .is_some_and(|x| x.eq_ignore_ascii_case("cmd") || x.eq_ignore_ascii_case("bat"));
     match e.kind() {
-        ErrorKind::NotFound => "not found (is it installed and on the sidecar's PATH?)".into(),
-        ErrorKind::PermissionDenied => "permission denied (is it executable?)".into(),
+        ErrorKind::NotFound => format!("{} not found (was it removed?)", program.display()),
+        ErrorKind::PermissionDenied => {
+            format!(
+                "{}: permission denied (is it executable?)",
+                program.display()
+            )
+        }
+        // Rust's std refuses a batch-file argument that cmd.exe would read
+        // as something else (a quote, `%`, a line break...): a shell
+        // injection, otherwise.
+        ErrorKind::InvalidInput if batch => format!(
+            "{} is a batch file, and one of the arguments cannot be passed to it safely ({e}): \
+             run the program it wraps directly (e.g. `node` instead of `npx`)",
+            program.display()
+        ),
         _ => e.to_string(),
     }
 }
 
 fn describe_exit(status: ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(c), _) => format!("exited with status {c}"),
-        (None, Some(s)) => format!("was killed by signal {s}{}", signal_name(s)),
-        (None, None) => format!("ended abnormally ({status})"),
-    }
-}
-
-fn signal_name(s: i32) -> &'static str {
-    match s {
-        6 => " (SIGABRT)",
-        9 => " (SIGKILL)",
-        11 => " (SIGSEGV)",
-        15 => " (SIGTERM)",
-        _ => "",
-    }
+    crate::os::describe_exit(status)
 }
 
 /// Appends at most `limit` bytes of `r` to `buf`; the flag says there was

@@ -38,7 +38,7 @@ const MAX_IDLE_PER_ENDPOINT: usize = 256;
 pub(crate) struct HttpClients(Mutex<HashMap<Option<PathBuf>, Client>>);
 
 impl HttpClients {
-    fn client(&self, socket: Option<&Path>) -> Result<Client, reqwest::Error> {
+    fn client(&self, socket: Option<&Path>) -> Result<Client, String> {
         let mut clients = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let key = socket.map(Path::to_path_buf);
         if let Some(c) = clients.get(&key) {
@@ -50,9 +50,9 @@ impl HttpClients {
             .pool_idle_timeout(POOL_IDLE)
             .pool_max_idle_per_host(MAX_IDLE_PER_ENDPOINT);
         if let Some(s) = socket {
-            builder = builder.unix_socket(s.to_path_buf());
+            builder = crate::os::unix_socket_client(builder, s)?;
         }
-        let c = builder.build()?;
+        let c = builder.build().map_err(|e| with_causes(&e))?;
         clients.insert(key, c.clone());
         Ok(c)
     }
@@ -83,7 +83,7 @@ impl Endpoint {
         }
         let client = clients
             .client(h.unix_socket.as_deref())
-            .map_err(|e| format!("{target}: cannot set up a client: {}", with_causes(&e)))?;
+            .map_err(|e| format!("{target}: cannot set up a client: {e}"))?;
         Ok(Self {
             target,
             url,

@@ -25,17 +25,8 @@ pub(crate) const BACKLOG: u32 = 4096;
 /// the bound was ever reached, and idle connections could lock main_server
 /// out after all.
 pub(crate) fn connection_bound(configured: usize) -> usize {
-    use rustix::process::{Resource, getrlimit, setrlimit};
-    let mut limit = getrlimit(Resource::Nofile);
-    if limit.current != limit.maximum {
-        let raised = rustix::process::Rlimit {
-            current: limit.maximum,
-            maximum: limit.maximum,
-        };
-        let _ = setrlimit(Resource::Nofile, raised);
-        limit = getrlimit(Resource::Nofile);
-    }
-    let files = limit.current.unwrap_or(u64::MAX);
+    // Windows has no such limit (`os` says so with `None`).
+    let files = crate::os::open_files_limit().unwrap_or(u64::MAX);
     let bound = configured
         .min(usize::try_from(files / 2).unwrap_or(usize::MAX))
         .max(1);

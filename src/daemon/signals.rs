@@ -1,16 +1,19 @@
-//! OS signals, turned into the daemon's controls: SIGTERM and SIGINT cancel
-//! the shutdown token (a second one exits at once), SIGHUP asks for a reload.
+//! OS events, turned into the daemon's controls: a stop (SIGTERM or SIGINT;
+//! on Windows Ctrl+C, Ctrl+Break, the console closing or the system shutting
+//! down) cancels the shutdown token (a second one exits at once), a reload
+//! request (SIGHUP; Windows has none) asks for a reload. `os` says which
+//! events a platform has.
 //!
 //! The binary installs this; in-process tests drive the token and the reload
 //! channel directly. It never touches the daemon's state itself.
 
-use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::ReloadRequest;
+use crate::os::{Event, Events};
 
-/// Exit status of a second SIGTERM/SIGINT during shutdown: the cleanup did
+/// Exit status of a second stop request during shutdown: the cleanup did
 /// not finish, so it is not a clean stop.
 pub(crate) const FORCED_EXIT: i32 = 130;
 
@@ -19,17 +22,14 @@ pub(crate) fn install(
     shutdown: CancellationToken,
     reload: mpsc::Sender<ReloadRequest>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut hup = signal(SignalKind::hangup())?;
+    let mut events = Events::install()?;
     Ok(tokio::spawn(async move {
         loop {
-            let what = tokio::select! {
-                _ = term.recv() => "SIGTERM",
-                _ = int.recv() => "SIGINT",
-                _ = hup.recv() => {
+            let what = match events.next().await {
+                Event::Stop(what) => what,
+                Event::Reload(what) => {
                     if reload.try_send(ReloadRequest { done: None }).is_err() {
-                        tracing::warn!("SIGHUP: a reload is already queued");
+                        tracing::warn!("{what}: a reload is already queued");
                     }
                     continue;
                 }

@@ -182,16 +182,28 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
     story.chapter(2, "The plugin's tools are described in TOML manifests");
     let mut expected: Vec<(&str, Option<&str>)> = Vec::new();
     for tool in assets::TOOLS {
+        let mut manifest = tool.manifest.replace(assets::WEATHER_URL, &weather_url);
         if let Some(prog) = tool.interpreter {
-            if find_in_path(prog).is_none() {
+            // Python is `py -3` or `python` where python.org's Windows
+            // installer puts it; the manifest names `python3`.
+            let found = if prog == "python3" {
+                crate::os::python()
+            } else {
+                find_in_path(prog).map(|_| vec![prog.to_string()])
+            };
+            let Some(argv) = found else {
                 story.say(&format!(
                     "skipping {}: its handler needs `{prog}`, which is not installed",
                     tool.name
                 ));
                 continue;
-            }
+            };
+            let quoted: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
+            manifest = manifest.replace(
+                &format!("command = [\"{prog}\","),
+                &format!("command = [{},", quoted.join(", ")),
+            );
         }
-        let manifest = tool.manifest.replace(assets::WEATHER_URL, &weather_url);
         assets::write(dir, &format!("tools/{}", tool.manifest_file), &manifest)
             .map_err(setup("cannot write a manifest"))?;
         for (rel, text) in tool.files {

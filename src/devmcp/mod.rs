@@ -24,7 +24,6 @@ mod tools;
 
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroUsize;
-use std::os::fd::AsFd as _;
 use std::time::Duration;
 
 use rmcp::ServiceExt as _;
@@ -220,20 +219,8 @@ fn allowed_host(ip: IpAddr) -> Option<String> {
     }
 }
 
-/// This process's stdin, readable without a blocked thread when it is a
-/// pipe, as it is under the sidecar. tokio's `stdin()` reads on a blocking
-/// thread that nothing can interrupt, so after SIGTERM the runtime would
-/// wait for the next line before the process could exit; a pipe is
-/// registered with the reactor instead. A terminal or a file keeps
-/// `stdin()`.
+/// This process's stdin, readable without a blocked thread where the
+/// platform allows (`os::stdin` says how).
 fn stdin() -> Box<dyn AsyncRead + Send + Unpin> {
-    let pipe = std::io::stdin()
-        .as_fd()
-        .try_clone_to_owned()
-        .ok()
-        .and_then(|fd| tokio::net::unix::pipe::Receiver::from_owned_fd(fd).ok());
-    match pipe {
-        Some(pipe) => Box::new(pipe),
-        None => Box::new(tokio::io::stdin()),
-    }
+    crate::os::stdin()
 }

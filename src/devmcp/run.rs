@@ -1,6 +1,6 @@
 //! `neko-sidecar dev-mcp`: the stand-in MCP server as a process, on stdio
 //! (what the sidecar spawns) or on Streamable HTTP (`--http ADDR`), until
-//! SIGTERM or SIGINT.
+//! a stop request (SIGTERM or SIGINT; Ctrl+C on Windows).
 //!
 //! It says when it is ready: `dev-mcp: ready (pid N)` on stderr, which the
 //! sidecar forwards to its log, and with `--http` the URL alone on stdout,
@@ -10,7 +10,6 @@
 use std::io::Write as _;
 
 use tokio::net::TcpListener;
-use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use super::{DevMcpError, DevMcpOptions, HTTP_PATH, serve_http, serve_stdio};
@@ -52,17 +51,14 @@ fn ready() {
     eprintln!("dev-mcp: ready (pid {})", std::process::id());
 }
 
-/// SIGTERM and SIGINT cancel `shutdown`.
+/// A stop request (SIGTERM, SIGINT; Ctrl+C and the like on Windows)
+/// cancels `shutdown`; a reload request means nothing here.
 fn cancel_on_signals(
     shutdown: CancellationToken,
 ) -> Result<tokio::task::JoinHandle<()>, DevMcpError> {
-    let mut term = signal(SignalKind::terminate()).map_err(DevMcpError::Signal)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(DevMcpError::Signal)?;
+    let mut events = crate::os::Events::install().map_err(DevMcpError::Signal)?;
     Ok(tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
+        while let crate::os::Event::Reload(_) = events.next().await {}
         shutdown.cancel();
     }))
 }

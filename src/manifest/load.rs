@@ -21,6 +21,7 @@ use super::{
 use crate::config::{absolutize, runtime_path};
 use crate::contract::url_host_is_loopback;
 use crate::diag::{Diagnostic, SourceText};
+use crate::os::{Feature, Platform};
 use crate::tomldoc::{self, TableReader, type_name};
 
 /// Settings from the agent config that change how manifests are judged.
@@ -28,6 +29,9 @@ use crate::tomldoc::{self, TableReader, type_name};
 pub struct LoadContext {
     /// Permit http handlers on non-loopback hosts.
     pub allow_remote_handlers: bool,
+    /// The platform the manifests are judged for: features it lacks are
+    /// errors. The one this build runs on, but for tests of other ones.
+    pub platform: Platform,
 }
 
 /// The result of loading one file.
@@ -558,6 +562,11 @@ fn read_http(r: &mut TableReader<'_, '_>, base: &Path, ctx: &LoadContext) -> Opt
     let unix_socket = r.string("unix_socket").map(|(s, sp)| {
         if s.is_empty() {
             r.error(&sp, "`unix_socket` is empty: give the socket's path");
+        } else if let Some(why) = ctx.platform.lacks(Feature::UnixSocketHandler) {
+            r.error(
+                &sp,
+                format!("{why}: reach the handler over loopback TCP instead, e.g. url = \"http://127.0.0.1:9876/weather\""),
+            );
         }
         runtime_path(&absolutize(base, &s))
     });
@@ -601,7 +610,8 @@ fn read_exec(r: &mut TableReader<'_, '_>, base: &Path) -> Option<ExecHandler> {
     // hide the next.
     let cwd = read_cwd(r, base);
     let env = read_env(r);
-    let command = read_command(r, cwd.as_deref());
+    let path_var = env.as_ref().and_then(|e| e.get("PATH")).cloned();
+    let command = read_command(r, cwd.as_deref(), path_var.as_deref());
     Some(ExecHandler {
         command: command?,
         cwd: runtime_path(&cwd?),
@@ -618,8 +628,12 @@ pub(super) fn read_cwd(r: &mut TableReader<'_, '_>, base: &Path) -> Option<PathB
             if p.is_dir() {
                 Some(p)
             } else {
+                let why = Platform::CURRENT
+                    .foreign_path(&c)
+                    .map(|w| format!(": {w}"))
+                    .unwrap_or_default();
                 let msg = format!(
-                    "`cwd` of {} \"{c}\" is not a directory ({})",
+                    "`cwd` of {} \"{c}\" is not a directory ({}){why}",
                     r.what,
                     p.display()
                 );
@@ -633,8 +647,14 @@ pub(super) fn read_cwd(r: &mut TableReader<'_, '_>, base: &Path) -> Option<PathB
 }
 
 /// The argv, with a relative program path resolved against `cwd` (when
-/// `cwd` is good) and made absolute for spawning.
-pub(super) fn read_command(r: &mut TableReader<'_, '_>, cwd: Option<&Path>) -> Option<Vec<String>> {
+/// `cwd` is good) and made absolute for spawning. A bare program name is
+/// looked up on `path_var` (the manifest's own `PATH`) or the sidecar's
+/// PATH, as the call will look it up.
+pub(super) fn read_command(
+    r: &mut TableReader<'_, '_>,
+    cwd: Option<&Path>,
+    path_var: Option<&str>,
+) -> Option<Vec<String>> {
     let Some((command, sp)) = r.string_array("command") else {
         if r.get("command").is_none() {
             r.missing(
@@ -661,12 +681,16 @@ pub(super) fn read_command(r: &mut TableReader<'_, '_>, cwd: Option<&Path>) -> O
         r.error(&psp, msg);
         return None;
     }
-    if program.contains('/') {
+    if Platform::CURRENT.is_program_path(&program) {
         let p = absolutize(cwd?, &program);
         let problem = if p.is_dir() {
             Some("is a directory, not a program".to_string())
         } else if !p.is_file() {
-            Some("does not exist".to_string())
+            let why = Platform::CURRENT
+                .foreign_path(&program)
+                .map(|w| format!(": {w}"))
+                .unwrap_or_default();
+            Some(format!("does not exist{why}"))
         } else if !is_executable(&p) {
             Some(format!(
                 "is not executable: chmod +x it, or run it through its interpreter, e.g. [\"sh\", \"{program}\"]"
@@ -684,9 +708,17 @@ pub(super) fn read_command(r: &mut TableReader<'_, '_>, cwd: Option<&Path>) -> O
             return None;
         }
         argv[0] = runtime_path(&p).to_string_lossy().into_owned();
-    } else if find_in_path(&program).is_none() {
+    } else if let Some(why) = Platform::CURRENT.foreign_path(&program) {
+        let msg = format!("the program \"{program}\" of {}: {why}", r.what);
+        r.error(&psp, msg);
+        return None;
+    } else if let Err(tried) = crate::os::resolve_program(
+        &program,
+        cwd.unwrap_or(Path::new(".")),
+        path_var.map(std::ffi::OsStr::new),
+    ) {
         let msg = format!(
-            "the program `{program}` of {} is not on PATH: calls of this tool will fail until it is installed",
+            "the program `{program}` of {} is {tried}; calls of this tool will fail until it is installed",
             r.what
         );
         r.warning(&psp, msg);
@@ -738,14 +770,11 @@ pub(super) fn read_env(r: &mut TableReader<'_, '_>) -> Option<BTreeMap<String, S
 }
 
 fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
+    crate::os::is_executable(p)
 }
 
-/// Where a bare program name would be found, as execvp looks it up.
+/// Where a bare program name would be found on the sidecar's PATH, as a
+/// call looks it up (with PATHEXT on Windows).
 pub fn find_in_path(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file() && is_executable(p))
+    which::which(program).ok()
 }

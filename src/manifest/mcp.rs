@@ -151,7 +151,8 @@ fn read_transport(
             }
             let cwd = read_cwd(r, base);
             let env = expanded_map(r, "env");
-            let command = read_command(r, cwd.as_deref());
+            let path_var = env.as_ref().and_then(|e| e.get("PATH")).cloned();
+            let command = read_command(r, cwd.as_deref(), path_var.as_deref());
             Some(McpTransport::Stdio {
                 command: command?,
                 cwd: runtime_path(&cwd?),

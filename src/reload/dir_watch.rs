@@ -17,7 +17,6 @@
 //! events, which was most of an idle daemon's CPU time.)
 
 use std::collections::HashMap;
-use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,10 +59,10 @@ pub(crate) fn is_change(kind: &EventKind) -> bool {
 pub(crate) struct DirWatch {
     watcher: notify::RecommendedWatcher,
     dirs: Vec<PathBuf>,
-    /// The (device, inode) each directory had when it was watched: a new
+    /// The identity (device and inode on Unix) each directory had when it was watched: a new
     /// inode at the same path is a re-created directory, whose old watch
     /// is dead.
-    watched: HashMap<PathBuf, (u64, u64)>,
+    watched: HashMap<PathBuf, crate::os::FileId>,
 }
 
 impl std::fmt::Debug for DirWatch {
@@ -122,7 +121,7 @@ impl DirWatch {
             let id = std::fs::metadata(dir)
                 .ok()
                 .filter(std::fs::Metadata::is_dir)
-                .map(|m| (m.dev(), m.ino()));
+                .map(|m| crate::os::file_id(&m));
             let known = self.watched.get(dir).copied();
             if id == known {
                 continue;

@@ -48,6 +48,7 @@ impl ManifestSource {
             dirs: cfg.manifest_dirs.clone(),
             context: LoadContext {
                 allow_remote_handlers: cfg.handlers.allow_remote,
+                ..LoadContext::default()
             },
         }
     }

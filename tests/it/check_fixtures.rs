@@ -117,9 +117,18 @@ fn check_fixture(case: &str) {
     let mut out = run_check(&dir, &args, None);
     // What is resolved for spawning (an exec program, a unix socket) prints
     // absolute; the case directory becomes `$CASE` so fixtures fit any checkout.
+    // Where a program was looked for is this machine's PATH: `$PATH`.
     let case_dir = dir.display().to_string();
+    let path_dirs: Vec<String> =
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|d| d.display().to_string())
+            .collect();
     out.stdout = String::from_utf8_lossy(&out.stdout)
         .replace(&case_dir, "$CASE")
+        .replace(
+            &format!("(looked in {})", path_dirs.join(", ")),
+            "(looked in $PATH)",
+        )
         .into_bytes();
     if std::env::var_os("BLESS").is_some() {
         std::fs::write(dir.join("expected.txt"), &out.stdout).unwrap();
@@ -315,6 +324,8 @@ handler = { type = "http", url = "http://127.0.0.1:9876/tool" }
 /// (tests run as root in some containers): there a symlink to
 /// `/proc/self/mem` stands in, a regular file whose first page cannot be read
 /// (EIO), so the same code path is exercised with another reason.
+// /proc/self/mem is Linux.
+#[cfg(target_os = "linux")]
 #[test]
 fn manifest_unreadable() {
     let tmp = tempfile::tempdir().unwrap();
@@ -390,10 +401,14 @@ fn expected_example_output(path: &std::ffi::OsStr) -> (String, usize) {
         }
         warnings += 1;
         let rel = format!("examples/tools/{file}");
+        let dirs: Vec<String> = std::env::split_paths(path)
+            .map(|d| d.display().to_string())
+            .collect();
         let _ = writeln!(
             out,
-            "{rel}:{}: warning: the program `{program}` of {what} is not on PATH: calls of this tool will fail until it is installed",
-            program_position(&root.join(&rel), program)
+            "{rel}:{}: warning: the program `{program}` of {what} is not found on PATH (looked in {}); calls of this tool will fail until it is installed",
+            program_position(&root.join(&rel), program),
+            dirs.join(", ")
         );
     }
     out.push_str("source tag \"plugin:neko-sidecar-examples\": it marks this sidecar's registrations, so no other sidecar may use it\n");

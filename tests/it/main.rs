@@ -17,6 +17,7 @@ mod support;
 
 mod admin;
 mod callback;
+#[cfg(unix)]
 mod check_fixtures;
 mod contract;
 mod daemon;
@@ -25,9 +26,14 @@ mod devserver;
 mod engine;
 mod fuzz_regressions;
 mod mcp;
+#[cfg(unix)]
 mod model_reads;
+mod platform;
 mod prop;
 mod reload;
+// Linux by nature: systemd, signals, /proc, sh scripts. The rest runs
+// on Windows too.
+#[cfg(target_os = "linux")]
 mod systemd_notify;
 // Named to sort last: libtest starts tests in name order, so the chaos test
 // starts once every other test has, and has the machine to itself for its

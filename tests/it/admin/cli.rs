@@ -141,6 +141,8 @@ fn answer(out: &Out) -> Json {
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}{}", out.stdout, out.stderr))
 }
 
+// Its handlers are `sh` scripts.
+#[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_shows_what_the_model_sees() {
     let h = dev_server().await;

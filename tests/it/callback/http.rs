@@ -235,6 +235,7 @@ async fn an_answer_over_the_output_limit_is_refused() {
     assert!(msg.contains("65536 bytes"), "{msg}");
 }
 
+#[cfg(unix)]
 #[tokio::test]
 async fn a_unix_socket_handler_is_reached() {
     let dir = tempfile::tempdir().unwrap();

@@ -2,9 +2,14 @@
 //! handlers, recovery, manifest reloads, signals and exit codes, systemd
 //! notifications, and a main_server with no role yet.
 
+// `sh` and python3 handlers; signals.
+#[cfg(unix)]
 mod e2e;
 mod no_role;
 mod recovery;
+#[cfg(unix)]
 mod reload;
+#[cfg(unix)]
 mod signals;
+#[cfg(target_os = "linux")]
 mod systemd;

@@ -14,6 +14,7 @@
 mod answers;
 mod http;
 mod probe;
+#[cfg(target_os = "linux")]
 mod process;
 mod status;
 mod stdio;

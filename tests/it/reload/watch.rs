@@ -3,6 +3,7 @@
 //! can make them pass; the safety-net test turns events off instead.
 
 use std::io::Write as _;
+#[cfg(unix)]
 use std::os::unix::fs::symlink;
 use std::sync::Arc;
 use std::time::Duration;
@@ -142,6 +143,7 @@ async fn delete_and_recreate_applies_and_deleting_drops_the_tools() {
     r.stop().await;
 }
 
+#[cfg(unix)]
 #[tokio::test]
 async fn a_configmap_data_swap_applies() {
     // The kubelet's layout: x.toml -> ..data/x.toml, ..data -> ..<timestamp>;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use neko_sidecar::config;
 use neko_sidecar::daemon::{self, Daemon, DaemonOptions};
 use neko_sidecar::devserver::{DevServerHandle, RegistrySnapshot, Tool};
+#[cfg(unix)]
 use rustix::process::{Pid, Signal};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -127,18 +128,27 @@ impl Workspace {
     }
 }
 
-/// One exec tool (`sh` answering `NAME:TAG`). `tag` is in the description
+/// One exec tool (`sh`, or `cmd` on Windows, answering `NAME:TAG`). `tag` is in the description
 /// and is the one property of the schema, so the registry shows which
 /// version main_server holds. It must be a TOML bare key.
 pub fn tool(name: &str, tag: &str) -> String {
-    let answer = format!("cat >/dev/null; echo {name}:{tag}");
+    let answer = if cfg!(windows) {
+        format!("echo {name}:{tag}")
+    } else {
+        format!("cat >/dev/null; echo {name}:{tag}")
+    };
+    let shell: [&str; 2] = if cfg!(windows) {
+        ["cmd", "/c"]
+    } else {
+        ["sh", "-c"]
+    };
     let schema = format!(
         "\n[tool.parameters]\ntype = \"object\"\n\n[tool.parameters.properties.{tag}]\ntype = \"string\"\n"
     );
     exec_tool(
         name,
         &format!("{name} {tag}"),
-        &["sh", "-c", &answer],
+        &[shell[0], shell[1], &answer],
         &schema,
     )
 }
@@ -206,7 +216,9 @@ struct Lines {
 }
 
 /// `neko-sidecar run` as a child process. Killed (SIGKILL) when dropped, so
-/// a failing test leaves nothing running.
+/// a failing test leaves nothing running. The tests that signal it and
+/// read its log are Unix-only.
+#[cfg_attr(not(unix), allow(dead_code))]
 pub struct Sidecar {
     child: Child,
     pid: u32,
@@ -273,6 +285,7 @@ impl Sidecar {
     }
 
     /// Sends `sig` to the daemon.
+    #[cfg(unix)]
     pub fn signal(&self, sig: Signal) {
         let pid = Pid::from_raw(self.pid as i32).unwrap();
         rustix::process::kill_process(pid, sig).expect("signalling neko-sidecar");
@@ -285,6 +298,7 @@ impl Sidecar {
 
     /// Waits until a stderr line satisfies `pred`; panics with the whole
     /// stderr otherwise. Returns the line.
+    #[cfg_attr(not(unix), allow(dead_code))]
     pub async fn wait_log(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
         let mut changed = self.changed.clone();
         let found = tokio::time::timeout(WAIT, async {

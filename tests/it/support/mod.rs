@@ -19,6 +19,7 @@ pub mod chaos;
 pub mod daemon;
 pub mod engine;
 pub mod mcp;
+#[cfg(target_os = "linux")]
 pub mod notify;
 pub mod reload;
 pub mod target;
@@ -268,6 +269,7 @@ pub fn desired_state(source: &str, dir: &Path, text: &str) -> DesiredState {
 }
 
 /// Writes an executable `sh` script.
+#[cfg(unix)]
 pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let p = dir.join(name);
@@ -279,6 +281,7 @@ pub fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
 /// A process is gone when /proc has no entry for it or it is a zombie
 /// waiting for a parent that is not us (an orphan's reaper is init, which
 /// in a container may be slow or absent): either way it runs no more.
+#[cfg(target_os = "linux")]
 pub fn process_gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,

@@ -112,7 +112,7 @@ pub fn tool_def(name: &str) -> &'static ToolDef {
 
 /// Whether `tool` is in its file at generation `gen`.
 pub fn present(tool: &str, generation: u32) -> bool {
-    tool != OPTIONAL_TOOL || generation % 2 == 0
+    tool != OPTIONAL_TOOL || generation.is_multiple_of(2)
 }
 
 /// How a broken edit is broken: each is an error that makes the whole

@@ -1,0 +1,332 @@
+//! What differs per operating system, behind one small portable API: which
+//! platform this is (and what only some platforms have), the signals and
+//! console events that stop or reload the daemon, process trees, the
+//! transport of systemd's notify protocol, file identity, the open-files
+//! limit, and reading stdin without a blocked thread.
+//!
+//! This is the only module with `cfg(unix)`, `cfg(windows)` or
+//! `cfg(target_os = ...)` in its code: `unix.rs` (with `linux.rs` for what
+//! Linux alone has) and `windows.rs` implement the same small set of
+//! functions, and the rest of the crate calls them through here. A feature
+//! that a platform lacks is a value (`Platform::lacks`) that the manifest
+//! loader turns into a `check` error, never a compile error or a silent
+//! no-op.
+
+mod process;
+
+pub(crate) use process::{ProcessTree, resolve_program};
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+use linux as service;
+#[cfg(not(target_os = "linux"))]
+mod no_systemd;
+#[cfg(not(target_os = "linux"))]
+use no_systemd as service;
+#[cfg(unix)]
+mod unix;
+#[cfg(unix)]
+use unix as imp;
+#[cfg(windows)]
+mod windows;
+#[cfg(windows)]
+use windows as imp;
+
+use std::fmt;
+use std::path::Path;
+
+/// An operating system as the sidecar tells them apart: by what each one
+/// offers, not by its name alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Platform {
+    Linux,
+    MacOs,
+    /// FreeBSD and the other Unix systems: process groups and Unix
+    /// sockets, no systemd.
+    OtherUnix,
+    Windows,
+}
+
+/// A feature that only some platforms have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    /// An http handler reached through a Unix socket (`unix_socket`).
+    UnixSocketHandler,
+    /// systemd's notify protocol (`NOTIFY_SOCKET`) and its watchdog.
+    SystemdNotify,
+}
+
+impl Platform {
+    /// The platform this build runs on.
+    pub const CURRENT: Platform = if cfg!(target_os = "linux") {
+        Platform::Linux
+    } else if cfg!(target_os = "macos") {
+        Platform::MacOs
+    } else if cfg!(windows) {
+        Platform::Windows
+    } else {
+        Platform::OtherUnix
+    };
+
+    /// The name messages use, as Rust's `std::env::consts::OS` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Platform::Linux => "linux",
+            Platform::MacOs => "macos",
+            Platform::OtherUnix => "unix",
+            Platform::Windows => "windows",
+        }
+    }
+
+    /// Why `feature` cannot be had here, in a sentence for a `check`
+    /// error; `None` when it can.
+    pub fn lacks(self, feature: Feature) -> Option<String> {
+        let (available, what) = match feature {
+            Feature::UnixSocketHandler => (
+                self != Platform::Windows,
+                "an http handler on a unix socket (`unix_socket`) is available on Linux and other Unix systems only",
+            ),
+            Feature::SystemdNotify => (
+                self == Platform::Linux,
+                "systemd's notify protocol is available on Linux only",
+            ),
+        };
+        (!available).then(|| format!("{what}; this is {self}"))
+    }
+
+    /// Whether `path` is absolute as this platform reads paths: on
+    /// Windows `C:\data` and `C:/data` are, `/data` is not (it lacks a
+    /// drive), which std's `Path::is_absolute` decides only for the
+    /// platform it was built for. Tests pass the platform they mean.
+    pub fn is_absolute(self, path: &str) -> bool {
+        match self {
+            Platform::Windows => {
+                let b = path.as_bytes();
+                let drive = b.len() >= 3
+                    && b[0].is_ascii_alphabetic()
+                    && b[1] == b':'
+                    && (b[2] == b'\\' || b[2] == b'/');
+                let unc = path.starts_with(r"\\") || path.starts_with("//");
+                drive || unc
+            }
+            _ => path.starts_with('/'),
+        }
+    }
+
+    /// Why `path` cannot mean here what it seems to mean, when it is
+    /// written for another platform: `C:\data` off Windows, or `/data`
+    /// (no drive letter) on Windows. `None` for a path of this platform's
+    /// form, right or wrong.
+    pub fn foreign_path(self, path: &str) -> Option<String> {
+        let windows = Platform::Windows;
+        if self != windows && windows.is_absolute(path) && !self.is_absolute(path) {
+            return Some(format!(
+                "it is a Windows path, and this is {self}: give a path of this system"
+            ));
+        }
+        if self == windows && path.starts_with(['/', '\\']) && !windows.is_absolute(path) {
+            return Some(
+                "it has no drive letter, so it is read on the drive of the manifest: give C:\\... (or C:/...) or a path relative to the manifest"
+                    .to_string(),
+            );
+        }
+        None
+    }
+
+    /// Whether a program named in a `command` is a path (looked up
+    /// relative to `cwd`) rather than a bare name (looked up on PATH).
+    pub fn is_program_path(self, program: &str) -> bool {
+        match self {
+            Platform::Windows => program.contains(['/', '\\']) || self.is_absolute(program),
+            _ => program.contains('/'),
+        }
+    }
+}
+
+impl Default for Platform {
+    fn default() -> Self {
+        Platform::CURRENT
+    }
+}
+
+impl fmt::Display for Platform {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the OS asked the daemon to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// Stop: SIGTERM or SIGINT; on Windows Ctrl+C, Ctrl+Break, the console
+    /// closing, or the system shutting down. The name is for the log.
+    Stop(&'static str),
+    /// Read the configuration and the manifests again: SIGHUP. Windows has
+    /// no such signal; reloads come from the manifest watch there.
+    #[cfg_attr(windows, allow(dead_code))]
+    Reload(&'static str),
+}
+
+/// The daemon's OS events, installed once per process.
+pub(crate) struct Events(imp::Events);
+
+impl Events {
+    /// Installs the handlers. From then on the default actions (ending the
+    /// process) no longer happen: the daemon decides.
+    pub(crate) fn install() -> std::io::Result<Self> {
+        imp::Events::install().map(Self)
+    }
+
+    /// The next event.
+    pub(crate) async fn next(&mut self) -> Event {
+        self.0.next().await
+    }
+}
+
+/// A process's exit, in words for messages: the status, or on Unix the
+/// signal that ended it.
+pub(crate) fn describe_exit(status: std::process::ExitStatus) -> String {
+    imp::describe_exit(status)
+}
+
+/// What tells two directories at the same path apart: a directory that was
+/// removed and made again has another identity. Opaque to callers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileId(u64, u64);
+
+/// The identity of the file `meta` was read from (device and inode on
+/// Unix; creation time on Windows, where std gives no stable file index).
+pub(crate) fn file_id(meta: &std::fs::Metadata) -> FileId {
+    let (a, b) = imp::file_id(meta);
+    FileId(a, b)
+}
+
+/// Whether `path` is a file this platform would run (the execute bit on
+/// Unix; on Windows, any file: what runs is decided by its extension, which
+/// the PATH lookup already chose).
+pub(crate) fn is_executable(path: &Path) -> bool {
+    imp::is_executable(path)
+}
+
+/// Raises the soft limit on open files to the hard one where there is such
+/// a limit, and returns it; `None` where descriptors are not bounded per
+/// process in that way (Windows).
+pub(crate) fn open_files_limit() -> Option<u64> {
+    imp::open_files_limit()
+}
+
+/// This process's stdin, readable without a blocked thread where that is
+/// possible (a pipe on Unix is registered with the reactor).
+pub(crate) fn stdin() -> Box<dyn tokio::io::AsyncRead + Send + Unpin> {
+    imp::stdin()
+}
+
+/// The socket of systemd's notify protocol: datagrams to a path or, with
+/// a leading `@`, a Linux abstract name. Elsewhere `connect` says that
+/// only Linux has it.
+#[derive(Debug)]
+pub(crate) struct NotifySocket(service::NotifySocket);
+
+impl NotifySocket {
+    pub(crate) fn connect(path: &Path) -> std::io::Result<Self> {
+        service::NotifySocket::connect(path).map(Self)
+    }
+
+    /// Sends one datagram; the number of bytes sent.
+    pub(crate) fn send(&self, msg: &[u8]) -> std::io::Result<usize> {
+        self.0.send(msg)
+    }
+}
+
+/// systemd's watchdog interval for this process (`WATCHDOG_USEC`, when
+/// `WATCHDOG_PID` is unset or names us); `None` elsewhere.
+pub(crate) fn systemd_watchdog() -> Option<std::time::Duration> {
+    service::systemd_watchdog()
+}
+
+/// `CLOCK_MONOTONIC` in microseconds, as systemd's `MONOTONIC_USEC` wants it.
+pub(crate) fn monotonic_usec() -> std::io::Result<u64> {
+    service::monotonic_usec()
+}
+
+/// How to run Python 3 here, as an argv prefix: `python3` or `python` on
+/// Unix; on Windows the `py -3` launcher that python.org's installer puts on
+/// PATH first, then `python` (`python3` there is often only the Microsoft
+/// Store's stand-in). `None` when none is on PATH.
+pub fn python() -> Option<Vec<String>> {
+    let candidates: &[&[&str]] = if cfg!(windows) {
+        &[&["py", "-3"], &["python"], &["python3"]]
+    } else {
+        &[&["python3"], &["python"]]
+    };
+    candidates
+        .iter()
+        .find(|argv| which::which(argv[0]).is_ok())
+        .map(|argv| argv.iter().map(|s| (*s).to_string()).collect())
+}
+
+/// An http client that reaches its endpoint through the Unix socket `path`;
+/// an error where there are none (the manifest loader refuses such a
+/// handler there first).
+pub(crate) fn unix_socket_client(
+    builder: reqwest::ClientBuilder,
+    path: &Path,
+) -> Result<reqwest::ClientBuilder, String> {
+    imp::unix_socket_client(builder, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_platform_names_itself_in_what_it_lacks() {
+        let msg = Platform::Windows.lacks(Feature::UnixSocketHandler).unwrap();
+        assert!(msg.ends_with("; this is windows"), "{msg}");
+        assert_eq!(Platform::MacOs.lacks(Feature::UnixSocketHandler), None);
+        assert_eq!(Platform::Linux.lacks(Feature::SystemdNotify), None);
+        let msg = Platform::MacOs.lacks(Feature::SystemdNotify).unwrap();
+        assert_eq!(
+            msg,
+            "systemd's notify protocol is available on Linux only; this is macos"
+        );
+    }
+
+    #[test]
+    fn windows_paths_have_a_drive_or_are_unc() {
+        let w = Platform::Windows;
+        for p in [r"C:\data", "C:/data", r"\\server\share", "d:\\"] {
+            assert!(w.is_absolute(p), "{p}");
+        }
+        for p in ["/data", "data", r"data\x", "C:data"] {
+            assert!(!w.is_absolute(p), "{p}");
+        }
+        assert!(Platform::Linux.is_absolute("/data"));
+        assert!(!Platform::Linux.is_absolute(r"C:\data"));
+        assert!(w.is_program_path(r"bin\tool.exe"));
+        assert!(w.is_program_path("bin/tool.exe"));
+        assert!(!w.is_program_path("npx"));
+        assert!(!Platform::Linux.is_program_path(r"bin\tool"));
+    }
+
+    #[test]
+    fn a_path_of_another_platform_is_named_as_such() {
+        let on_linux = Platform::Linux.foreign_path(r"C:\data").unwrap();
+        assert_eq!(
+            on_linux,
+            "it is a Windows path, and this is linux: give a path of this system"
+        );
+        assert!(Platform::Linux.foreign_path("C:/data").is_some());
+        assert_eq!(Platform::Linux.foreign_path("/data"), None);
+        assert_eq!(Platform::Linux.foreign_path("data"), None);
+        let on_windows = Platform::Windows.foreign_path("/srv/data").unwrap();
+        assert!(
+            on_windows.starts_with("it has no drive letter"),
+            "{on_windows}"
+        );
+        assert_eq!(Platform::Windows.foreign_path(r"C:\data"), None);
+        assert_eq!(Platform::Windows.foreign_path("C:/data"), None);
+        assert_eq!(Platform::Windows.foreign_path(r"..\data"), None);
+    }
+}
