@@ -123,6 +123,10 @@ pub(crate) struct ToolStats {
     /// Per bucket, not cumulative; the last is the unbounded one.
     buckets: [AtomicU64; LATENCY_BOUNDS.len() + 1],
     latency_sum_micros: AtomicU64,
+    /// Images main_server would have refused that the sidecar repaired.
+    images_repaired: AtomicU64,
+    /// Images the sidecar could not repair and did not send.
+    images_refused: AtomicU64,
 }
 
 /// A call in progress: counted in flight until finished or dropped.
@@ -163,6 +167,14 @@ impl ToolStats {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// Counts what the image check did to one answer.
+    pub(crate) fn count_images(&self, repaired: usize, refused: usize) {
+        self.images_repaired
+            .fetch_add(repaired as u64, Ordering::Relaxed);
+        self.images_refused
+            .fetch_add(refused as u64, Ordering::Relaxed);
+    }
+
     pub(crate) fn snapshot(&self) -> ToolStatsSnapshot {
         let outcomes: Vec<(Outcome, u64)> = Outcome::ALL
             .iter()
@@ -179,6 +191,8 @@ impl ToolStats {
             in_flight: self.in_flight.load(Ordering::Relaxed),
             latency_buckets: buckets,
             latency_sum: Duration::from_micros(self.latency_sum_micros.load(Ordering::Relaxed)),
+            images_repaired: self.images_repaired.load(Ordering::Relaxed),
+            images_refused: self.images_refused.load(Ordering::Relaxed),
         }
     }
 }
@@ -212,6 +226,11 @@ pub struct ToolStatsSnapshot {
     /// not cumulative.
     pub latency_buckets: Vec<u64>,
     pub latency_sum: Duration,
+    /// Images repaired so that main_server takes them.
+    pub images_repaired: u64,
+    /// Images not sent: main_server would refuse them and they could not
+    /// be repaired.
+    pub images_refused: u64,
 }
 
 impl ToolStatsSnapshot {

@@ -59,11 +59,22 @@ pub(crate) fn add(args: &JsonObject) -> CallToolResult {
     result
 }
 
-pub(crate) fn image() -> CallToolResult {
-    CallToolResult::success(vec![
-        ContentBlock::image(png_b64(COLOURS[0]), "image/png"),
-        ContentBlock::text("a 16x16 square"),
-    ])
+pub(crate) fn image(args: &JsonObject) -> CallToolResult {
+    let flag = |k: &str| args.get(k).and_then(Value::as_bool) == Some(true);
+    let mut data = png_b64(COLOURS[0]);
+    if flag("bad_crc") {
+        let png = STANDARD.decode(&data).unwrap_or_default();
+        let bad = crate::contract::images::with_chunk(&png, b"tEXt", b"Software\0an editor", true);
+        data = STANDARD.encode(bad);
+    }
+    let picture = ContentBlock::image(data.clone(), "image/png");
+    let mut result = CallToolResult::success(vec![picture, ContentBlock::text("a 16x16 square")]);
+    if flag("repeat_in_structured_content") {
+        result.structured_content = Some(json!({"content": [
+            {"type": "image", "data": data, "mimeType": "image/png"}
+        ]}));
+    }
+    result
 }
 
 pub(crate) fn images(args: &JsonObject) -> CallToolResult {
