@@ -90,7 +90,7 @@ impl Catalogue {
                         "bad_crc": {"type": "boolean",
                             "description": "Give the PNG a tEXt chunk with a wrong CRC, as an editor that rewrites metadata can leave it: browsers show it, Pillow refuses it."},
                         "repeat_in_structured_content": {"type": "boolean",
-                            "description": "Also put the image content inside structuredContent, as the filesystem server's read_media_file does."}
+                            "description": "Return a 160x120 picture instead, and put its image content inside structuredContent too, as the filesystem server's read_media_file does."}
                     }
                 }),
             ),

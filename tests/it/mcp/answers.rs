@@ -61,7 +61,8 @@ async fn a_picture_repeated_in_structured_content_is_read_as_a_short_reference()
         .await;
     assert_answered(&a);
     assert_eq!(a.images.len(), 1, "{a:#?}");
-    assert_eq!(a.images[0].mime, "image/png");
+    assert_eq!((a.images[0].mime, a.images[0].width), ("image/png", 160));
+    assert!(a.images[0].data_b64_len > 20_000, "{:?}", a.images[0]);
     let reference = &a.output["content"][0]["data"];
     assert!(
         reference
