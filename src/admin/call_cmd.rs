@@ -16,8 +16,11 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::client::{AdminClient, ClientError, admin_url};
-use crate::contract::MAX_CALLBACK_CONNECTIONS;
-use crate::devserver::invoke::{RawAnswer, callback_body, post_callback_raw, turn_call_id};
+use crate::contract::{MAX_CALLBACK_CONNECTIONS, read_answer};
+use crate::devserver::invoke::{callback_body, send_callback, turn_call_id};
+
+/// The HTTP status and body text of a callback's answer, as it came.
+pub(super) type RawAnswer = (u16, String);
 
 /// main_server's default when a tool's timeout is unknown.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -36,7 +39,9 @@ pub(crate) struct CallOptions {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct CallReport {
     /// `model_text` (exactly what the model reads), `tool`, `call_id`,
-    /// `output`, `is_error`, `error`, `images` (a count), `warnings`,
+    /// `output`, `is_error`, `error`, `images` (those main_server took:
+    /// type, size, whether it re-encoded them), `image_repairs` (what the
+    /// sidecar repaired so that main_server takes them), `warnings`,
     /// `took_ms`.
     pub answer: Value,
     pub is_error: bool,
@@ -113,7 +118,19 @@ pub(super) async fn call_url(
     let started = Instant::now();
     let body = callback_body(name, raw, &call_id);
     let connections = tokio::sync::Semaphore::new(MAX_CALLBACK_CONNECTIONS);
-    let (view, _, answer) = post_callback_raw(&connections, url, timeout, &body, true).await;
+    let (view, image_repairs, answer) =
+        match send_callback(&connections, url, timeout, &body).await {
+            Ok((status, bytes)) => {
+                // Beside `output`, where main_server never looks.
+                let repairs = serde_json::from_slice::<Value>(&bytes)
+                    .ok()
+                    .and_then(|v| v.get("image_repairs").cloned())
+                    .unwrap_or_else(|| json!([]));
+                let raw_answer = (status, String::from_utf8_lossy(&bytes).into_owned());
+                (read_answer(status, &bytes, true), repairs, Some(raw_answer))
+            }
+            Err((view, _)) => (view, json!([]), None),
+        };
     let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let report = CallReport {
         is_error: view.is_error,
@@ -124,7 +141,8 @@ pub(super) async fn call_url(
             "output": view.output,
             "is_error": view.is_error,
             "error": view.error,
-            "images": view.images.len(),
+            "images": view.images,
+            "image_repairs": image_repairs,
             "warnings": view.warnings,
             "took_ms": took_ms,
         }),

@@ -209,6 +209,25 @@ fn callbacks(e: &mut Exposition, s: &Sample) {
             t.latency_sum.as_secs_f64(),
         );
     }
+    e.family(
+        "neko_sidecar_callback_images_total",
+        Kind::Counter,
+        "Images in tools' answers that main_server would have refused, per tool: repaired (re-encoded or corrected, then sent) or refused (not sent; the model reads why). Absent for a tool until one happened.",
+    );
+    for (name, t) in tools {
+        for (verdict, n) in [
+            ("repaired", t.images_repaired),
+            ("refused", t.images_refused),
+        ] {
+            if n > 0 {
+                e.sample(
+                    "neko_sidecar_callback_images_total",
+                    &[("tool", name), ("verdict", verdict)],
+                    n as f64,
+                );
+            }
+        }
+    }
     let r = &s.callbacks.rejections;
     e.family(
         "neko_sidecar_callback_rejections_total",
@@ -316,5 +335,25 @@ mod tests {
         assert!(text.contains("neko_sidecar_tools{state=\"registered\"} 1\n"));
         assert!(text.contains("neko_sidecar_tools{state=\"pending\"} 2\n"));
         assert!(text.contains("neko_sidecar_tools{state=\"conflict\"} 0\n"));
+    }
+
+    #[test]
+    fn images_repaired_and_refused_are_counted_per_tool_once_they_happen() {
+        let mut s = sample_with(&["a", "b"]);
+        let stats = std::sync::Arc::new(crate::callback::stats::ToolStats::default());
+        let quiet = stats.snapshot();
+        stats.count_images(2, 1);
+        s.callbacks.tools.insert("a".into(), stats.snapshot());
+        s.callbacks.tools.insert("b".into(), quiet);
+        let text = render(&s);
+        assert!(
+            text.contains(
+                "neko_sidecar_callback_images_total{tool=\"a\",verdict=\"repaired\"} 2\n"
+            )
+        );
+        assert!(
+            text.contains("neko_sidecar_callback_images_total{tool=\"a\",verdict=\"refused\"} 1\n")
+        );
+        assert!(!text.contains("neko_sidecar_callback_images_total{tool=\"b\""));
     }
 }

@@ -1,6 +1,7 @@
 //! One call of one tool, from the callback body to the envelope: read the
 //! body, check the arguments, wait for a slot, run the handler within the
-//! deadline, normalise its answer, count the outcome.
+//! deadline, normalise its answer, check its images (on the blocking pool,
+//! and only when it has any), count the outcome.
 //!
 //! Every path ends in an envelope; nothing here writes an HTTP response or
 //! knows about tokens and peers (`mod.rs` does).
@@ -12,6 +13,7 @@ use tokio::time::Instant;
 
 use super::envelope::{Envelope, normalise};
 use super::handler::{self, HandlerContext, Invocation};
+use super::images;
 use super::limits::{call_budget, seconds};
 use super::routes::Route;
 use super::stats::Outcome;
@@ -31,7 +33,10 @@ pub(crate) async fn answer(
 ) -> Envelope {
     let record = route.stats.begin_at(arrived);
     let spec = &route.spec;
-    let (reply, outcome, call_id) = run(ctx, &route, body, arrived, draining).await;
+    let (mut reply, outcome, call_id) = run(ctx, &route, body, arrived, draining).await;
+    if reply.images.is_some() {
+        reply = check_images(reply, &route, &call_id).await;
+    }
     // The clock is read only when a line is written (the fields of a
     // disabled level are not evaluated).
     if outcome == Outcome::Ok {
@@ -52,6 +57,33 @@ pub(crate) async fn answer(
         );
     }
     record.finish(outcome, reply.error.as_deref());
+    reply
+}
+
+/// Checks, repairs or refuses the images of an answer (`images`), off the
+/// runtime's one thread, and logs and counts what was done.
+async fn check_images(mut reply: Envelope, route: &Route, call_id: &str) -> Envelope {
+    let checked = tokio::task::spawn_blocking(move || {
+        let report = images::deliver(&mut reply);
+        (reply, report)
+    })
+    .await;
+    let Ok((reply, report)) = checked else {
+        return Envelope::failure(
+            Outcome::HandlerFailed.code(),
+            "the sidecar failed while checking the images of the answer (a bug in the sidecar)",
+        );
+    };
+    let tool = &route.spec.name;
+    for note in &report.repaired {
+        tracing::info!(tool = %tool, call_id, repair = %note, "image repaired: main_server would have refused it");
+    }
+    for note in &report.refused {
+        tracing::warn!(tool = %tool, call_id, reason = %note, "image not sent: main_server would refuse it and it cannot be repaired");
+    }
+    route
+        .stats
+        .count_images(report.repaired.len(), report.refused.len());
     reply
 }
 

@@ -27,10 +27,14 @@ pub struct Envelope {
     pub is_error: bool,
     /// Present exactly when `is_error`: what the model should read.
     pub error: Option<String>,
-    /// The handler's `images`, forwarded as it gave them: main_server is
-    /// the one judge of images (`contract::images`), and a second judge
-    /// with other rules could only disagree with it.
+    /// The handler's `images`. `callback::images` checks them with
+    /// main_server's own rule (`contract::images`) before they are sent,
+    /// repairing or refusing those main_server would refuse.
     pub images: Option<Json>,
+    /// What the sidecar repaired in `images`, one sentence per image: sent
+    /// as `image_repairs` beside `output`, where main_server (and so the
+    /// model) never looks, for `neko-sidecar call` and the curious.
+    pub image_repairs: Vec<String>,
 }
 
 impl Envelope {
@@ -41,6 +45,7 @@ impl Envelope {
             is_error: false,
             error: None,
             images: None,
+            image_repairs: Vec::new(),
         }
     }
 
@@ -67,6 +72,7 @@ impl Envelope {
             is_error: true,
             error: Some(message),
             images: None,
+            image_repairs: Vec::new(),
         }
     }
 
@@ -91,6 +97,9 @@ impl Envelope {
         if let Some(images) = &self.images {
             m.insert("images".into(), images.clone());
         }
+        if !self.image_repairs.is_empty() {
+            m.insert("image_repairs".into(), json!(self.image_repairs));
+        }
         Json::Object(m)
     }
 }
@@ -107,8 +116,8 @@ impl Envelope {
 /// - an envelope: `is_error` is coerced to a boolean by Python truthiness;
 ///   the output is `output` when present, else the object without `images`,
 ///   `is_error` and `error` (null when nothing is left); `images` is
-///   forwarded as the handler gave it (main_server is the one judge of
-///   images); a success's `output` is kept exactly.
+///   kept as the handler gave it, for `callback::images` to check; a
+///   success's `output` is kept exactly.
 ///
 /// On failure, `error` is the handler's (stringified when not a string, a
 /// generic sentence when missing), and `reason_in_output` puts it where the
@@ -172,6 +181,7 @@ pub fn normalise(body: &[u8]) -> Envelope {
         is_error,
         error: Some(error),
         images,
+        image_repairs: Vec::new(),
     }
 }
 
@@ -325,7 +335,7 @@ mod tests {
     }
 
     #[test]
-    fn images_are_forwarded_as_the_handler_gave_them() {
+    fn images_are_kept_as_the_handler_gave_them_for_the_image_check() {
         let images = json!([{"data_b64": "not base64!", "mime": "image/gif", "x": 1}, 2, 3]);
         let body = json!({"output": "see", "is_error": false, "images": images});
         let e = normalise(body.to_string().as_bytes());

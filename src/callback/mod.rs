@@ -52,6 +52,7 @@ pub mod envelope;
 mod exec_handler;
 mod handler;
 mod http_handler;
+pub mod images;
 pub(crate) mod limits;
 pub(crate) mod listener;
 mod routes;

@@ -127,6 +127,10 @@ pub(crate) struct ToolStats {
     /// tool asks "what happened when it was last called" before any rate.
     /// One short lock per call, next to a handler that takes milliseconds.
     last: Mutex<Option<LastCall>>,
+    /// Images main_server would have refused that the sidecar repaired.
+    images_repaired: AtomicU64,
+    /// Images the sidecar could not repair and did not send.
+    images_refused: AtomicU64,
 }
 
 /// How the last finished call of a tool went.
@@ -189,6 +193,14 @@ impl ToolStats {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// Counts what the image check did to one answer.
+    pub(crate) fn count_images(&self, repaired: usize, refused: usize) {
+        self.images_repaired
+            .fetch_add(repaired as u64, Ordering::Relaxed);
+        self.images_refused
+            .fetch_add(refused as u64, Ordering::Relaxed);
+    }
+
     pub(crate) fn snapshot(&self) -> ToolStatsSnapshot {
         let outcomes: Vec<(Outcome, u64)> = Outcome::ALL
             .iter()
@@ -206,6 +218,8 @@ impl ToolStats {
             latency_buckets: buckets,
             latency_sum: Duration::from_micros(self.latency_sum_micros.load(Ordering::Relaxed)),
             last: self.last.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            images_repaired: self.images_repaired.load(Ordering::Relaxed),
+            images_refused: self.images_refused.load(Ordering::Relaxed),
         }
     }
 }
@@ -242,6 +256,11 @@ pub struct ToolStatsSnapshot {
     pub latency_sum: Duration,
     /// The last finished call; `None` before the first.
     pub last: Option<LastCall>,
+    /// Images repaired so that main_server takes them.
+    pub images_repaired: u64,
+    /// Images not sent: main_server would refuse them and they could not
+    /// be repaired.
+    pub images_refused: u64,
 }
 
 impl ToolStatsSnapshot {

@@ -1,18 +1,23 @@
-//! main_server's image rules (CONTRACT.md, rule 7): which entries of an
-//! envelope's `images` reach the model, and the warnings for the rest.
+//! main_server's image rules (CONTRACT.md, rules 7 and 15): which entries
+//! of an envelope's `images` reach the model, and the warnings for the rest.
 //!
-//! main_server is the one judge of images, so the sidecar forwards them as
-//! the handler gave them and only the stand-in runs these rules: the first
-//! two entries are looked at; each must be an object whose `data_b64` is
-//! strict base64 of a real JPEG or PNG that decodes fully, within the pixel
-//! and size caps, with a `mime` (optional) that matches the bytes. A large
-//! image is re-encoded as JPEG, as main_server does to fit a turn.
+//! main_server judges every image with Pillow, which is strict where most
+//! decoders are lenient: strict base64, the JPEG or PNG magic bytes, a PNG
+//! whose every chunk (ancillary ones such as `iCCP` and `tEXt` too) has a
+//! right CRC up to its `IEND`, a JPEG that reaches its end-of-image marker,
+//! at most 3840x2160 pixels, a full decode, and a `mime` (optional) that
+//! matches the bytes. [`judge`] is that check, written once: the stand-in
+//! reads answers with it ([`read_images`], main_server's warnings word for
+//! word), and the sidecar checks every image it sends with it before it
+//! repairs or refuses one (`callback::images`). Pure: no I/O, no logging.
 
+use std::fmt;
 use std::io::Cursor;
 
 use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use image::{ImageFormat, ImageReader};
+use base64::engine::DecodePaddingMode;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
+use image::{DynamicImage, ImageFormat, ImageReader};
 use serde::Serialize;
 use serde_json::Value as Json;
 
@@ -22,10 +27,27 @@ pub(crate) const MAX_IMAGES: usize = 2;
 pub(crate) const MAX_B64_BYTES: usize = 2 * 1024 * 1024;
 /// The largest image accepted, in pixels (3840 x 2160).
 pub(crate) const MAX_PIXELS: u64 = 3840 * 2160;
-/// Above this much base64, an image is re-encoded as JPEG to fit.
-pub(crate) const REENCODE_ABOVE_B64: usize = 500 * 1024;
+/// Above this much base64, main_server re-encodes an image as JPEG to fit
+/// its delivery budget (and drops it when no step of its ladder fits).
+pub(crate) const DELIVER_MAX_B64: usize = 500 * 1024;
 /// A longer `vision_prompt` is cut to this many characters.
 pub(crate) const VISION_PROMPT_CHARS: usize = 2000;
+
+/// main_server's re-encoding ladder: (largest height, JPEG quality), each
+/// step tried only when the one before did not fit [`DELIVER_MAX_B64`].
+const FIT_LADDER: [(u32, u8); 4] = [(720, 80), (720, 60), (540, 55), (480, 45)];
+/// The widest image main_server's ladder keeps.
+const FIT_MAX_WIDTH: u32 = 1280;
+
+/// Python's `base64.b64decode(s, validate=True)`: the standard alphabet
+/// only, padding required where it is due, stray low bits after the last
+/// character tolerated.
+const PYTHON_B64: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(DecodePaddingMode::RequireCanonical),
+);
 
 /// One image main_server accepted.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -62,102 +84,262 @@ impl Image {
     }
 }
 
-/// The images accepted from one `images` value, and why others were not.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct ImageReading {
-    pub images: Vec<Image>,
-    pub warnings: Vec<String>,
+/// Why main_server refuses one entry of `images`. `Display` says what is
+/// wrong in words a plugin author (or the model) can act on; [`warning`]
+/// is the bare sentence main_server itself writes.
+///
+/// [`warning`]: Flaw::warning
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Flaw {
+    NotAnObject,
+    /// `data_b64` missing, not a string, or only whitespace.
+    NoData,
+    TooLarge {
+        b64_len: usize,
+    },
+    NotBase64(String),
+    /// The bytes start as neither a JPEG nor a PNG.
+    NotAnImage,
+    /// A JPEG or PNG that Pillow cannot read: a bad chunk CRC, data cut
+    /// short, or a decoding error.
+    Broken {
+        format: &'static str,
+        why: String,
+    },
+    TooManyPixels {
+        width: u32,
+        height: u32,
+    },
+    /// `mime` is given but is not one of the two main_server takes.
+    UnsupportedMime(Json),
+    MimeMismatch {
+        declared: String,
+        actual: &'static str,
+    },
 }
 
-/// Applies the rules to an envelope's `images` value.
-pub(crate) fn read_images(value: &Json) -> ImageReading {
-    let mut out = ImageReading::default();
-    let Json::Array(entries) = value else {
-        out.warnings
-            .push("images must be a list; ignored".to_owned());
-        return out;
-    };
-    for (i, entry) in entries.iter().take(MAX_IMAGES).enumerate() {
-        match read_image(entry) {
-            Ok(img) => out.images.push(img),
-            Err(why) => out
-                .warnings
-                .push(format!("image {}: {why}; ignored", i + 1)),
+impl Flaw {
+    /// main_server's own warning for the entry at `index` (0-based).
+    pub(crate) fn warning(&self, index: usize) -> String {
+        match self {
+            Flaw::NotAnObject => format!("image #{index} is not an object; dropped"),
+            Flaw::NoData => format!("image #{index} has empty data_b64; dropped"),
+            Flaw::TooLarge { b64_len } => format!(
+                "image #{index} is too large ({b64_len} > {MAX_B64_BYTES} base64 bytes); dropped"
+            ),
+            Flaw::NotBase64(_)
+            | Flaw::NotAnImage
+            | Flaw::Broken { .. }
+            | Flaw::TooManyPixels { .. } => {
+                format!("image #{index} has invalid base64 or non-image bytes; dropped")
+            }
+            Flaw::UnsupportedMime(m) => {
+                format!(
+                    "image #{index} has unsupported mime {}; dropped",
+                    py_repr(m)
+                )
+            }
+            Flaw::MimeMismatch { .. } => {
+                format!("image #{index} mime does not match image bytes; dropped")
+            }
         }
     }
-    if entries.len() > MAX_IMAGES {
-        out.warnings.push(format!(
-            "only the first {MAX_IMAGES} images are used; {} more ignored",
-            entries.len() - MAX_IMAGES
-        ));
-    }
-    out
 }
 
-fn read_image(entry: &Json) -> Result<Image, String> {
+impl fmt::Display for Flaw {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Flaw::NotAnObject => f.write_str("it is not an object with a `data_b64`"),
+            Flaw::NoData => f.write_str("its `data_b64` is missing, empty or not a string"),
+            Flaw::TooLarge { b64_len } => write!(
+                f,
+                "its `data_b64` is {b64_len} bytes, more than the {MAX_B64_BYTES} main_server takes"
+            ),
+            Flaw::NotBase64(why) => write!(f, "its `data_b64` is not strict base64 ({why})"),
+            Flaw::NotAnImage => f.write_str("its bytes are neither a PNG nor a JPEG"),
+            Flaw::Broken { format, why } => write!(f, "the {format} {why}"),
+            Flaw::TooManyPixels { width, height } => write!(
+                f,
+                "it is {width}x{height} pixels, more than the 3840x2160 main_server takes"
+            ),
+            Flaw::UnsupportedMime(m) => write!(
+                f,
+                "its `mime` is {m}, but main_server takes only \"image/png\" and \"image/jpeg\""
+            ),
+            Flaw::MimeMismatch { declared, actual } => {
+                write!(f, "its `mime` says {declared} but the bytes are {actual}")
+            }
+        }
+    }
+}
+
+/// An entry main_server takes, with what it took from it.
+#[derive(Debug, Clone)]
+pub(crate) struct Accepted {
+    /// `data_b64` without whitespace.
+    pub b64: String,
+    pub format: ImageFormat,
+    pub width: u32,
+    pub height: u32,
+    /// The decoded picture (main_server decodes it fully to judge it).
+    pub picture: DynamicImage,
+}
+
+impl Accepted {
+    pub(crate) fn mime(&self) -> &'static str {
+        mime_of(self.format)
+    }
+}
+
+/// Judges one entry of `images` exactly as main_server does, in its order:
+/// the entry's shape, the base64 size cap, the bytes (strict base64, magic,
+/// structure, pixel cap, full decode), then `mime`.
+pub(crate) fn judge(entry: &Json) -> Result<Accepted, Flaw> {
     let Json::Object(o) = entry else {
-        return Err("not an object".into());
+        return Err(Flaw::NotAnObject);
     };
     let Some(Json::String(raw)) = o.get("data_b64") else {
-        return Err("data_b64 must be a string".into());
+        return Err(Flaw::NoData);
     };
-    let b64: String = raw.chars().filter(|c| !c.is_whitespace()).collect();
-    if b64.len() > MAX_B64_BYTES {
-        return Err(format!(
-            "data_b64 is {} bytes, more than the {MAX_B64_BYTES} allowed",
-            b64.len()
-        ));
+    let b64: String = raw.split_whitespace().collect();
+    if b64.is_empty() {
+        return Err(Flaw::NoData);
     }
-    let bytes = STANDARD
+    if b64.len() > MAX_B64_BYTES {
+        return Err(Flaw::TooLarge { b64_len: b64.len() });
+    }
+    let bytes = PYTHON_B64
         .decode(&b64)
-        .map_err(|e| format!("data_b64 is not valid base64 ({e})"))?;
-    let format = sniff(&bytes).ok_or("data_b64 is not a JPEG or PNG image")?;
+        .map_err(|e| Flaw::NotBase64(e.to_string()))?;
+    let (format, width, height, picture) = judge_bytes(&bytes)?;
     let actual = mime_of(format);
     match o.get("mime") {
         None | Some(Json::Null) => {}
-        Some(Json::String(m)) if m == actual => {}
-        Some(Json::String(m)) if m == "image/png" || m == "image/jpeg" => {
-            return Err(format!("mime says {m} but the data is {actual}"));
-        }
-        Some(other) => {
-            return Err(format!(
-                "mime must be \"image/jpeg\" or \"image/png\", not {other}"
-            ));
-        }
+        Some(Json::String(m)) if m.is_empty() => {}
+        Some(Json::String(m)) => match normalise_mime(m) {
+            Some(n) if n == actual => {}
+            Some(_) => {
+                return Err(Flaw::MimeMismatch {
+                    declared: m.clone(),
+                    actual,
+                });
+            }
+            None => return Err(Flaw::UnsupportedMime(Json::String(m.clone()))),
+        },
+        Some(other) => return Err(Flaw::UnsupportedMime(other.clone())),
     }
-    let (width, height) = ImageReader::with_format(Cursor::new(&bytes), format)
-        .into_dimensions()
-        .map_err(|e| format!("the {actual} does not decode ({e})"))?;
-    if u64::from(width) * u64::from(height) > MAX_PIXELS {
-        return Err(format!(
-            "{width}x{height} is more than the 3840x2160 pixels allowed"
-        ));
-    }
-    let decoded = image::load_from_memory_with_format(&bytes, format)
-        .map_err(|e| format!("the {actual} does not decode ({e})"))?;
-    let vision_prompt = match o.get("vision_prompt") {
-        Some(Json::String(p)) => p.chars().take(VISION_PROMPT_CHARS).collect(),
-        _ => String::new(),
-    };
-    let (mime, data_b64, reencoded) = if b64.len() > REENCODE_ABOVE_B64 {
-        ("image/jpeg", reencode_as_jpeg(&decoded)?, true)
-    } else {
-        (actual, b64, false)
-    };
-    Ok(Image {
-        mime,
+    Ok(Accepted {
+        b64,
+        format,
         width,
         height,
-        data_b64_len: data_b64.len(),
-        data_b64,
-        vision_prompt,
-        reencoded,
+        picture,
     })
 }
 
+/// The bytes of one image as Pillow judges them: the magic, the structure
+/// (every PNG chunk's CRC, a JPEG's end marker), the pixel cap, and a full
+/// decode. Returns the format, the size and the picture.
+pub(crate) fn judge_bytes(bytes: &[u8]) -> Result<(ImageFormat, u32, u32, DynamicImage), Flaw> {
+    let format = sniff(bytes).ok_or(Flaw::NotAnImage)?;
+    let name = format_name(format);
+    let broken = |why: String| Flaw::Broken { format: name, why };
+    let structure = if format == ImageFormat::Png {
+        png_structure(bytes)
+    } else {
+        jpeg_structure(bytes)
+    };
+    structure.map_err(broken)?;
+    let (width, height) = ImageReader::with_format(Cursor::new(bytes), format)
+        .into_dimensions()
+        .map_err(|e| broken(format!("does not decode ({e})")))?;
+    if width == 0 || height == 0 || u64::from(width) * u64::from(height) > MAX_PIXELS {
+        return Err(Flaw::TooManyPixels { width, height });
+    }
+    let picture = image::load_from_memory_with_format(bytes, format)
+        .map_err(|e| broken(format!("does not decode ({e})")))?;
+    Ok((format, width, height, picture))
+}
+
+/// Walks a PNG's chunks from the signature to `IEND`, checking each one's
+/// type and CRC as Pillow does (which, unlike the `png` crate and browsers,
+/// does not skip an ancillary chunk with a bad CRC).
+fn png_structure(bytes: &[u8]) -> Result<(), String> {
+    let mut pos = PNG_MAGIC.len();
+    loop {
+        let Some(head) = bytes.get(pos..pos + 8) else {
+            return Err("ends before its IEND chunk".into());
+        };
+        let length = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let kind = &head[4..8];
+        let name = String::from_utf8_lossy(kind).into_owned();
+        if !kind.iter().all(u8::is_ascii_alphabetic) {
+            return Err(format!("has a chunk with an invalid type at byte {pos}"));
+        }
+        let end = pos + 8 + length;
+        let Some(stored) = bytes.get(end..end + 4) else {
+            return Err(format!("ends inside its {name} chunk"));
+        };
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&bytes[pos + 4..end]);
+        if crc.finalize().to_be_bytes() != stored {
+            return Err(format!("has a bad CRC in its {name} chunk"));
+        }
+        if kind == b"IEND" {
+            return Ok(());
+        }
+        pos = end + 4;
+    }
+}
+
+/// Walks a JPEG's markers from SOI to EOI, through every scan's entropy
+/// coded data. A JPEG cut short (no EOI) is refused: Pillow's full decode
+/// refuses a truncated one, and a missing marker is what truncation leaves.
+fn jpeg_structure(bytes: &[u8]) -> Result<(), String> {
+    let mut pos = 2;
+    loop {
+        // Bytes between segments are tolerated (libjpeg only warns).
+        while pos < bytes.len() && bytes[pos] != 0xff {
+            pos += 1;
+        }
+        while pos < bytes.len() && bytes[pos] == 0xff {
+            pos += 1;
+        }
+        let Some(&marker) = bytes.get(pos) else {
+            return Err("ends before its end-of-image marker".into());
+        };
+        pos += 1;
+        match marker {
+            0xd9 => return Ok(()),
+            0x01 | 0xd0..=0xd7 => continue,
+            _ => {}
+        }
+        let Some(len) = bytes.get(pos..pos + 2) else {
+            return Err("ends before its end-of-image marker".into());
+        };
+        let len = usize::from(u16::from_be_bytes([len[0], len[1]]));
+        if len < 2 {
+            return Err(format!("has a segment of length {len} at byte {pos}"));
+        }
+        pos += len;
+        if marker == 0xda {
+            // Entropy-coded data: runs to the next marker that is neither
+            // a stuffed 0xff00 nor a restart marker.
+            while pos + 1 < bytes.len() {
+                if bytes[pos] == 0xff && !matches!(bytes[pos + 1], 0x00 | 0xd0..=0xd7 | 0xff) {
+                    break;
+                }
+                pos += 1;
+            }
+        }
+    }
+}
+
+const PNG_MAGIC: &[u8] = b"\x89PNG\r\n\x1a\n";
+
 /// What the first bytes say the image is.
 fn sniff(bytes: &[u8]) -> Option<ImageFormat> {
-    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+    if bytes.starts_with(PNG_MAGIC) {
         Some(ImageFormat::Png)
     } else if bytes.starts_with(&[0xff, 0xd8, 0xff]) {
         Some(ImageFormat::Jpeg)
@@ -166,7 +348,7 @@ fn sniff(bytes: &[u8]) -> Option<ImageFormat> {
     }
 }
 
-fn mime_of(format: ImageFormat) -> &'static str {
+pub(crate) fn mime_of(format: ImageFormat) -> &'static str {
     if format == ImageFormat::Png {
         "image/png"
     } else {
@@ -174,37 +356,237 @@ fn mime_of(format: ImageFormat) -> &'static str {
     }
 }
 
-/// Lower JPEG qualities until the base64 fits `REENCODE_ABOVE_B64` (the
-/// last try is kept even when it does not).
-fn reencode_as_jpeg(img: &image::DynamicImage) -> Result<String, String> {
-    let rgb = img.to_rgb8();
-    let mut last = String::new();
-    for quality in [85, 70, 55, 40, 25] {
-        let mut buf = Vec::new();
-        image::codecs::jpeg::JpegEncoder::new_with_quality(&mut buf, quality)
-            .encode_image(&rgb)
-            .map_err(|e| format!("could not be re-encoded as JPEG ({e})"))?;
-        last = STANDARD.encode(&buf);
-        if last.len() <= REENCODE_ABOVE_B64 {
-            break;
+fn format_name(format: ImageFormat) -> &'static str {
+    if format == ImageFormat::Png {
+        "PNG"
+    } else {
+        "JPEG"
+    }
+}
+
+/// main_server's reading of a declared `mime`: case and parameters do not
+/// matter (`Image/PNG; charset=binary` is `image/png`); anything but the
+/// two types is refused.
+fn normalise_mime(mime: &str) -> Option<&'static str> {
+    let bare = mime.split(';').next().unwrap_or_default().trim();
+    ["image/png", "image/jpeg"]
+        .into_iter()
+        .find(|m| bare.eq_ignore_ascii_case(m))
+}
+
+/// A JSON value written as Python's `repr` writes the value it becomes.
+fn py_repr(v: &Json) -> String {
+    match v {
+        Json::Null => "None".into(),
+        Json::Bool(true) => "True".into(),
+        Json::Bool(false) => "False".into(),
+        Json::Number(n) => n.to_string(),
+        Json::String(s) => {
+            let quote = if s.contains('\'') && !s.contains('"') {
+                '"'
+            } else {
+                '\''
+            };
+            let mut out = String::from(quote);
+            for c in s.chars() {
+                match c {
+                    '\\' => out.push_str("\\\\"),
+                    '\n' => out.push_str("\\n"),
+                    '\r' => out.push_str("\\r"),
+                    '\t' => out.push_str("\\t"),
+                    c if c == quote => {
+                        out.push('\\');
+                        out.push(c);
+                    }
+                    c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                        out.push_str(&format!("\\x{:02x}", c as u32));
+                    }
+                    c => out.push(c),
+                }
+            }
+            out.push(quote);
+            out
+        }
+        Json::Array(a) => format!("[{}]", a.iter().map(py_repr).collect::<Vec<_>>().join(", ")),
+        Json::Object(o) => format!(
+            "{{{}}}",
+            o.iter()
+                .map(|(k, v)| format!("{}: {}", py_repr(&Json::String(k.clone())), py_repr(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// The images accepted from one `images` value, and why others were not.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ImageReading {
+    pub images: Vec<Image>,
+    pub warnings: Vec<String>,
+}
+
+/// Applies main_server's rules to an envelope's `images` value, with its
+/// warnings word for word.
+pub(crate) fn read_images(value: &Json) -> ImageReading {
+    let mut out = ImageReading::default();
+    let Json::Array(entries) = value else {
+        out.warnings
+            .push("tool images must be a list; ignored".to_owned());
+        return out;
+    };
+    if entries.len() > MAX_IMAGES {
+        out.warnings.push(format!(
+            "a tool may return at most {MAX_IMAGES} image(s); {} dropped",
+            entries.len() - MAX_IMAGES
+        ));
+    }
+    for (index, entry) in entries.iter().take(MAX_IMAGES).enumerate() {
+        let accepted = match judge(entry) {
+            Ok(a) => a,
+            Err(flaw) => {
+                out.warnings.push(flaw.warning(index));
+                continue;
+            }
+        };
+        let mut vision_prompt = match entry.get("vision_prompt") {
+            Some(Json::String(p)) => p.clone(),
+            _ => String::new(),
+        };
+        let chars = vision_prompt.chars().count();
+        if chars > VISION_PROMPT_CHARS {
+            out.warnings.push(format!(
+                "image #{index} vision_prompt is too long ({chars} > {VISION_PROMPT_CHARS} characters); truncated"
+            ));
+            vision_prompt = vision_prompt.chars().take(VISION_PROMPT_CHARS).collect();
+        }
+        let (mime, data_b64, reencoded, (width, height)) = if accepted.b64.len() <= DELIVER_MAX_B64
+        {
+            let size = (accepted.width, accepted.height);
+            (accepted.mime(), accepted.b64, false, size)
+        } else {
+            let Some((b64, size)) = fit_for_delivery(&accepted.picture) else {
+                out.warnings.push(format!(
+                    "image #{index} could not be compressed under {DELIVER_MAX_B64} base64 bytes; dropped"
+                ));
+                continue;
+            };
+            out.warnings.push(format!(
+                "image #{index} was re-encoded to fit the delivery budget"
+            ));
+            ("image/jpeg", b64, true, size)
+        };
+        out.images.push(Image {
+            mime,
+            width,
+            height,
+            data_b64_len: data_b64.len(),
+            data_b64,
+            vision_prompt,
+            reencoded,
+        });
+    }
+    out
+}
+
+/// main_server's ladder: scaled down to 720 pixels high (1280 wide) at
+/// JPEG quality 80, then lower heights and qualities, until the base64
+/// fits [`DELIVER_MAX_B64`]; `None` when no step does.
+fn fit_for_delivery(picture: &DynamicImage) -> Option<(String, (u32, u32))> {
+    for (max_h, quality) in FIT_LADDER {
+        let scaled = scale_within(picture, FIT_MAX_WIDTH, max_h);
+        let b64 = STANDARD.encode(encode_jpeg(&scaled, quality)?);
+        if b64.len() <= DELIVER_MAX_B64 {
+            return Some((b64, (scaled.width(), scaled.height())));
         }
     }
-    Ok(last)
+    None
+}
+
+/// `picture` scaled down (never up) to fit `max_w` x `max_h`, keeping its
+/// proportions.
+pub(crate) fn scale_within(picture: &DynamicImage, max_w: u32, max_h: u32) -> DynamicImage {
+    if picture.width() <= max_w && picture.height() <= max_h {
+        return picture.clone();
+    }
+    picture.resize(max_w, max_h, image::imageops::FilterType::Triangle)
+}
+
+/// A JPEG of `picture` (its alpha dropped, as JPEG has none).
+pub(crate) fn encode_jpeg(picture: &DynamicImage, quality: u8) -> Option<Vec<u8>> {
+    let mut buf = Vec::new();
+    let encoder = image::codecs::jpeg::JpegEncoder::new_with_quality(&mut buf, quality);
+    let ok = if picture.color().has_color() {
+        picture.to_rgb8().write_with_encoder(encoder)
+    } else {
+        picture.to_luma8().write_with_encoder(encoder)
+    };
+    ok.ok().map(|()| buf)
 }
 
 /// A real PNG of `w` x `h` pixels, as base64: for tests and examples.
 pub fn sample_png_b64(w: u32, h: u32) -> String {
+    STANDARD.encode(sample_png(w, h))
+}
+
+/// A real PNG of `w` x `h` pixels: for tests and examples.
+pub fn sample_png(w: u32, h: u32) -> Vec<u8> {
     let img = image::RgbImage::from_fn(w, h, |x, y| image::Rgb([x as u8, y as u8, 128]));
     let mut buf = Cursor::new(Vec::new());
     // Encoding an in-memory RGB image as PNG cannot fail.
     let _ = img.write_to(&mut buf, ImageFormat::Png);
-    STANDARD.encode(buf.into_inner())
+    buf.into_inner()
+}
+
+/// `png` with a `chunk` (4-letter type, data) put right after its `IHDR`,
+/// its CRC right or, with `bad_crc`, off by one: what an editor that
+/// rewrites metadata leaves behind. For tests and examples.
+pub fn with_chunk(png: &[u8], kind: &[u8; 4], data: &[u8], bad_crc: bool) -> Vec<u8> {
+    // The signature (8) and IHDR (4 + 4 + 13 + 4) come first in every PNG.
+    let at = PNG_MAGIC.len() + 25;
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(kind);
+    crc.update(data);
+    let sum = crc.finalize().wrapping_add(u32::from(bad_crc));
+    let mut out = png[..at.min(png.len())].to_vec();
+    out.extend_from_slice(&u32::try_from(data.len()).unwrap_or(u32::MAX).to_be_bytes());
+    out.extend_from_slice(kind);
+    out.extend_from_slice(data);
+    out.extend_from_slice(&sum.to_be_bytes());
+    out.extend_from_slice(png.get(at..).unwrap_or_default());
+    out
+}
+
+/// Every byte base64-encoded the standard way, as main_server wants it.
+pub(crate) fn encode_b64(bytes: &[u8]) -> String {
+    STANDARD.encode(bytes)
+}
+
+/// Decodes base64 leniently (either alphabet, padding optional): what a
+/// repair may read that main_server would not.
+pub(crate) fn decode_b64_leniently(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim_end_matches('=');
+    let lenient = GeneralPurposeConfig::new()
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent);
+    GeneralPurpose::new(&base64::alphabet::STANDARD, lenient)
+        .decode(text)
+        .or_else(|_| GeneralPurpose::new(&base64::alphabet::URL_SAFE, lenient).decode(text))
+        .ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn entry(bytes: &[u8]) -> Json {
+        json!({"data_b64": encode_b64(bytes)})
+    }
+
+    fn jpeg(w: u32, h: u32) -> Vec<u8> {
+        let png = image::load_from_memory(&sample_png(w, h)).unwrap();
+        encode_jpeg(&png, 90).unwrap()
+    }
 
     #[test]
     fn a_real_png_is_accepted_with_its_size_and_prompt() {
@@ -215,46 +597,96 @@ mod tests {
         assert_eq!((img.mime, img.width, img.height), ("image/png", 4, 3));
         assert_eq!(img.vision_prompt, "", "a non-string prompt becomes empty");
         assert!(!img.reencoded);
+        assert_eq!(img.data_b64, b64);
     }
 
     #[test]
-    fn whitespace_is_removed_and_mime_is_optional() {
+    fn whitespace_is_removed_and_mime_is_optional_and_read_as_main_server_reads_it() {
         let b64 = sample_png_b64(2, 2);
         let spaced = format!("{}\n {}", &b64[..8], &b64[8..]);
-        let r = read_images(&json!([{"data_b64": spaced}]));
-        assert_eq!(r.images.len(), 1, "{:?}", r.warnings);
+        for mime in [json!(null), json!(""), json!("Image/PNG; charset=binary")] {
+            let r = read_images(&json!([{"data_b64": spaced, "mime": mime}]));
+            assert_eq!(r.images.len(), 1, "{mime}: {:?}", r.warnings);
+        }
+        let r = read_images(&json!([{"data_b64": encode_b64(&jpeg(3, 3)), "mime": "image/jpeg"}]));
+        assert_eq!(r.images[0].mime, "image/jpeg", "{:?}", r.warnings);
     }
 
     #[test]
-    fn fakes_and_mismatches_are_refused_with_a_reason() {
+    fn fakes_and_mismatches_get_main_servers_warnings() {
         let png = sample_png_b64(2, 2);
+        let invalid = "image #0 has invalid base64 or non-image bytes; dropped";
         let cases = [
-            (json!("x"), "not an object"),
-            (json!({"data_b64": 1}), "must be a string"),
-            (json!({"data_b64": "iVBORw0K"}), "not a JPEG or PNG"),
-            (json!({"data_b64": "aGk"}), "not valid base64"),
-            (json!({"data_b64": "a-_b"}), "not valid base64"),
+            (json!("x"), "image #0 is not an object; dropped"),
+            (
+                json!({"data_b64": 1}),
+                "image #0 has empty data_b64; dropped",
+            ),
+            (
+                json!({"data_b64": " \n"}),
+                "image #0 has empty data_b64; dropped",
+            ),
+            (json!({"data_b64": "iVBORw0K"}), invalid),
+            (json!({"data_b64": "aGk"}), invalid),
+            (json!({"data_b64": "a-_b"}), invalid),
             (
                 json!({"data_b64": png, "mime": "image/jpeg"}),
-                "but the data is image/png",
+                "image #0 mime does not match image bytes; dropped",
             ),
             (
                 json!({"data_b64": png, "mime": "image/gif"}),
-                "mime must be",
+                "image #0 has unsupported mime 'image/gif'; dropped",
+            ),
+            (
+                json!({"data_b64": png, "mime": 7}),
+                "image #0 has unsupported mime 7; dropped",
             ),
         ];
         for (entry, want) in cases {
             let r = read_images(&json!([entry]));
             assert!(r.images.is_empty(), "{entry}");
-            assert!(r.warnings[0].contains(want), "{entry}: {:?}", r.warnings);
+            assert_eq!(r.warnings, [want], "{entry}");
         }
-        // A PNG signature over truncated data does not decode.
-        let truncated = STANDARD.encode(&STANDARD.decode(&png).unwrap()[..30]);
-        let r = read_images(&json!([{"data_b64": truncated}]));
-        assert!(
-            r.warnings[0].contains("does not decode"),
-            "{:?}",
-            r.warnings
+    }
+
+    #[test]
+    fn a_png_with_a_bad_crc_in_any_chunk_is_refused_as_pillow_refuses_it() {
+        let png = sample_png(4, 4);
+        for kind in [b"iCCP", b"tEXt", b"zTXt", b"pHYs"] {
+            let good = with_chunk(&png, kind, b"Comment\0edited", false);
+            assert!(judge(&entry(&good)).is_ok(), "a right {kind:?} CRC is fine");
+            let bad = with_chunk(&png, kind, b"Comment\0edited", true);
+            // The `png` crate skips such a chunk and decodes the picture...
+            assert!(image::load_from_memory(&bad).is_ok());
+            // ...Pillow does not, and neither does main_server.
+            let flaw = judge(&entry(&bad)).unwrap_err();
+            let name = String::from_utf8_lossy(kind).into_owned();
+            assert_eq!(
+                flaw.to_string(),
+                format!("the PNG has a bad CRC in its {name} chunk")
+            );
+            let r = read_images(&json!([entry(&bad)]));
+            assert!(r.images.is_empty());
+            assert_eq!(
+                r.warnings,
+                ["image #0 has invalid base64 or non-image bytes; dropped"]
+            );
+        }
+    }
+
+    #[test]
+    fn cut_short_pictures_are_refused() {
+        let png = sample_png(4, 4);
+        let without_iend = &png[..png.len() - 12];
+        let flaw = judge(&entry(without_iend)).unwrap_err();
+        assert_eq!(flaw.to_string(), "the PNG ends before its IEND chunk");
+        assert!(judge(&entry(&png[..30])).is_err());
+        let jpg = jpeg(16, 16);
+        assert!(judge(&entry(&jpg)).is_ok());
+        let flaw = judge(&entry(&jpg[..jpg.len() - 2])).unwrap_err();
+        assert_eq!(
+            flaw.to_string(),
+            "the JPEG ends before its end-of-image marker"
         );
     }
 
@@ -263,19 +695,35 @@ mod tests {
         let ok = json!({"data_b64": sample_png_b64(1, 1)});
         let r = read_images(&json!([ok, {"data_b64": "@"}, ok, ok]));
         assert_eq!(r.images.len(), 1);
-        assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
-        assert!(r.warnings[1].contains("2 more ignored"));
-        assert!(read_images(&json!({"a": 1})).warnings[0].contains("must be a list"));
+        assert_eq!(
+            r.warnings,
+            [
+                "a tool may return at most 2 image(s); 2 dropped",
+                "image #1 has invalid base64 or non-image bytes; dropped"
+            ]
+        );
+        assert_eq!(
+            read_images(&json!({"a": 1})).warnings,
+            ["tool images must be a list; ignored"]
+        );
     }
 
     #[test]
     fn caps_on_pixels_size_and_prompt() {
         let big = sample_png_b64(3841, 2160);
-        let r = read_images(&json!([{"data_b64": big}]));
-        assert!(r.warnings[0].contains("3840x2160"), "{:?}", r.warnings);
+        assert_eq!(
+            judge(&json!({"data_b64": big})).unwrap_err(),
+            Flaw::TooManyPixels {
+                width: 3841,
+                height: 2160
+            }
+        );
         let huge = "A".repeat(MAX_B64_BYTES + 4);
         let r = read_images(&json!([{"data_b64": huge}]));
-        assert!(r.warnings[0].contains("more than the"), "{:?}", r.warnings);
+        assert_eq!(
+            r.warnings,
+            ["image #0 is too large (2097156 > 2097152 base64 bytes); dropped"]
+        );
         let r = read_images(
             &json!([{"data_b64": sample_png_b64(1, 1), "vision_prompt": "p".repeat(2500)}]),
         );
@@ -283,24 +731,55 @@ mod tests {
             r.images[0].vision_prompt.chars().count(),
             VISION_PROMPT_CHARS
         );
+        assert_eq!(
+            r.warnings,
+            ["image #0 vision_prompt is too long (2500 > 2000 characters); truncated"]
+        );
     }
 
     #[test]
-    fn a_large_image_is_reencoded_as_jpeg() {
+    fn a_large_image_is_reencoded_as_jpeg_down_main_servers_ladder() {
         // Noise does not compress: this PNG is well over 500 KiB of base64.
         let mut seed = 1u32;
-        let img = image::RgbImage::from_fn(600, 600, |_, _| {
+        let img = image::RgbImage::from_fn(1000, 500, |_, _| {
             seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
             image::Rgb([(seed >> 16) as u8, (seed >> 8) as u8, seed as u8])
         });
         let mut buf = Cursor::new(Vec::new());
         img.write_to(&mut buf, ImageFormat::Png).unwrap();
         let b64 = STANDARD.encode(buf.into_inner());
-        assert!(b64.len() > REENCODE_ABOVE_B64);
+        assert!(b64.len() > DELIVER_MAX_B64 && b64.len() <= MAX_B64_BYTES);
         let r = read_images(&json!([{"data_b64": b64, "mime": "image/png"}]));
         let out = &r.images[0];
         assert!(out.reencoded);
         assert_eq!(out.mime, "image/jpeg");
-        assert!(out.data_b64.len() < b64.len());
+        assert!(
+            out.height <= 720 && out.width <= 1280,
+            "{}x{}",
+            out.width,
+            out.height
+        );
+        assert_eq!(out.width * 500, out.height * 1000, "in proportion");
+        assert!(out.data_b64.len() <= DELIVER_MAX_B64);
+        assert_eq!(
+            r.warnings,
+            ["image #0 was re-encoded to fit the delivery budget"]
+        );
+    }
+
+    #[test]
+    fn python_base64_tolerates_stray_bits_but_wants_its_padding() {
+        assert_eq!(PYTHON_B64.decode("aGl=").unwrap(), b"hi");
+        assert!(PYTHON_B64.decode("aGk").is_err());
+        assert_eq!(decode_b64_leniently("aGk").unwrap(), b"hi");
+        assert_eq!(decode_b64_leniently("-_8").unwrap(), [0xfb, 0xff]);
+    }
+
+    #[test]
+    fn python_repr_of_a_declared_mime() {
+        assert_eq!(py_repr(&json!("image/gif")), "'image/gif'");
+        assert_eq!(py_repr(&json!("it's")), "\"it's\"");
+        assert_eq!(py_repr(&json!(["a", true, null])), "['a', True, None]");
+        assert_eq!(py_repr(&json!({"k": 1.5})), "{'k': 1.5}");
     }
 }

@@ -59,11 +59,28 @@ pub(crate) fn add(args: &JsonObject) -> CallToolResult {
     result
 }
 
-pub(crate) fn image() -> CallToolResult {
-    CallToolResult::success(vec![
-        ContentBlock::image(png_b64(COLOURS[0]), "image/png"),
-        ContentBlock::text("a 16x16 square"),
-    ])
+pub(crate) fn image(args: &JsonObject) -> CallToolResult {
+    let flag = |k: &str| args.get(k).and_then(Value::as_bool) == Some(true);
+    // A file read from disk is a picture of some size: its base64 repeated
+    // as text would cost the model tens of KiB.
+    let mut data = if flag("repeat_in_structured_content") {
+        photo_b64()
+    } else {
+        png_b64(COLOURS[0])
+    };
+    if flag("bad_crc") {
+        let png = STANDARD.decode(&data).unwrap_or_default();
+        let bad = crate::contract::images::with_chunk(&png, b"tEXt", b"Software\0an editor", true);
+        data = STANDARD.encode(bad);
+    }
+    let picture = ContentBlock::image(data.clone(), "image/png");
+    let mut result = CallToolResult::success(vec![picture, ContentBlock::text("a 16x16 square")]);
+    if flag("repeat_in_structured_content") {
+        result.structured_content = Some(json!({"content": [
+            {"type": "image", "data": data, "mimeType": "image/png"}
+        ]}));
+    }
+    result
 }
 
 pub(crate) fn images(args: &JsonObject) -> CallToolResult {
@@ -117,6 +134,20 @@ fn number<'a>(args: &'a JsonObject, key: &str) -> Option<&'a Number> {
 
 fn tool_error(message: &str) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message)])
+}
+
+/// A real 160x120 PNG with grain, as a photo read from a file (about
+/// 50 KiB of base64), in base64.
+fn photo_b64() -> String {
+    let mut seed = 11u32;
+    let img = RgbImage::from_fn(160, 120, |x, y| {
+        seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        Rgb([(x + (seed >> 24)) as u8, (y * 2) as u8, (seed >> 16) as u8])
+    });
+    let mut buf = Cursor::new(Vec::new());
+    // As `png_b64`: encoding into a Vec cannot fail.
+    let _ = img.write_to(&mut buf, ImageFormat::Png);
+    STANDARD.encode(buf.into_inner())
 }
 
 /// A real 16x16 PNG of one colour, in base64.

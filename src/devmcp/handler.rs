@@ -287,7 +287,7 @@ impl ServerHandler for DevMcp {
         let result = match request.name.as_ref() {
             "echo" => calls::echo(&args),
             "add" => calls::add(&args),
-            "image" => calls::image(),
+            "image" => calls::image(&args),
             "images" => calls::images(&args),
             "mixed" => calls::mixed(),
             "fail" => calls::fail(&args),

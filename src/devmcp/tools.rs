@@ -84,7 +84,15 @@ impl Catalogue {
             tool(
                 "image",
                 "Returns one 16x16 PNG image of a single colour and a text content describing it.",
-                no_arguments(),
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "bad_crc": {"type": "boolean",
+                            "description": "Give the PNG a tEXt chunk with a wrong CRC, as an editor that rewrites metadata can leave it: browsers show it, Pillow refuses it."},
+                        "repeat_in_structured_content": {"type": "boolean",
+                            "description": "Return a 160x120 picture instead, and put its image content inside structuredContent too, as the filesystem server's read_media_file does."}
+                    }
+                }),
             ),
             tool(
                 "images",

@@ -19,7 +19,8 @@ use serde_json::{Map, Value, json};
 
 use super::body::decode_object;
 use super::http::{
-    AppState, MAX_BODY_BYTES, access_gates, detail, json_bytes, json_response, payload_too_large,
+    AppState, MAX_BODY_BYTES, access_gates, body_parse_error, detail, json_bytes, json_response,
+    payload_too_large,
 };
 use super::pydantic::ValidationErrors;
 use super::registry::UnknownRole;
@@ -37,8 +38,14 @@ const ROUTES: [(&str, &str); 4] = [
 /// What the storage-blocked 409 gives as `blocking_reason`.
 pub(crate) const STORAGE_BLOCKING_REASON: &str = "storage_initializing";
 
-/// A request body main_server refuses with 413.
-struct TooLarge;
+/// A request body main_server refuses before any route runs.
+enum Refused {
+    /// A declared `Content-Length` over the limit: 413, unread.
+    TooLarge,
+    /// A streamed (chunked) body that grew past the limit, or broke off:
+    /// Starlette's body parsing fails, and FastAPI answers 400.
+    Unparsable,
+}
 
 /// The fallback handler: everything that is not `/__dev/`. Every request
 /// is logged, a refused one too (its body as `null` when too large).
@@ -62,7 +69,8 @@ pub(crate) async fn entry(
     } else {
         match &read {
             Ok(bytes) => answer(&app, &parts, bytes).await,
-            Err(TooLarge) => payload_too_large(),
+            Err(Refused::TooLarge) => payload_too_large(),
+            Err(Refused::Unparsable) => body_parse_error(),
         }
     };
     let status = response.status().as_u16();
@@ -71,19 +79,22 @@ pub(crate) async fn entry(
 }
 
 /// Reads the body up to [`MAX_BODY_BYTES`]: a declared `Content-Length`
-/// over it is refused unread, a streamed (chunked) body as soon as it goes
-/// over. A body that breaks off is refused the same way: its client is no
-/// longer there to read the answer.
-async fn read_body(parts: &Parts, body: Body) -> Result<axum::body::Bytes, TooLarge> {
+/// over it is refused unread (413), a streamed (chunked) body as soon as it
+/// goes over (400, as main_server's body parsing fails). A body that
+/// breaks off is refused the same way: its client is no longer there to
+/// read the answer.
+async fn read_body(parts: &Parts, body: Body) -> Result<axum::body::Bytes, Refused> {
     let declared = parts
         .headers
         .get(header::CONTENT_LENGTH)
         .and_then(|h| h.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
-        return Err(TooLarge);
+        return Err(Refused::TooLarge);
     }
-    to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| TooLarge)
+    to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|_| Refused::Unparsable)
 }
 
 /// Everything after the gates and the body size, for a served caller.

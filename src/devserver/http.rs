@@ -89,9 +89,27 @@ pub(crate) fn forbidden() -> Response {
     )
 }
 
-/// `413 {"detail":"payload_too_large"}`, for a body over [`MAX_BODY_BYTES`].
+/// main_server's 413 for a declared body over [`MAX_BODY_BYTES`]
+/// (CONTRACT.md, "Where it lives"; its `error` is in Chinese upstream).
 pub(crate) fn payload_too_large() -> Response {
-    detail(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+    json_response(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &json!({
+            "ok": false,
+            "error_code": "payload_too_large",
+            "max_bytes": MAX_BODY_BYTES,
+            "error": "请求体超过全局体积上限。",
+        }),
+    )
+}
+
+/// FastAPI's 400 for a body it could not read: a chunked one that grew
+/// past [`MAX_BODY_BYTES`].
+pub(crate) fn body_parse_error() -> Response {
+    detail(
+        StatusCode::BAD_REQUEST,
+        "There was an error parsing the body",
+    )
 }
 
 /// `{"detail": ...}` with `status`, FastAPI's HTTPException shape.

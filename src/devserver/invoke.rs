@@ -185,7 +185,7 @@ fn builtin_answer(shared: &Shared, tool: &Tool) -> Reading {
 /// the answer with its rules. `timeout` is the tool's `timeout_seconds`,
 /// which httpx applies to every phase: the wait for one of the 20
 /// connections, connect, and each read (per read, not a total). No
-/// redirects, no proxy. Also used by `neko-sidecar call`.
+/// redirects, no proxy.
 pub(crate) async fn post_callback(
     connections: &Semaphore,
     url: &str,
@@ -193,30 +193,29 @@ pub(crate) async fn post_callback(
     body: &Value,
     sees_images: bool,
 ) -> (Reading, CallOutcome) {
-    let (reading, outcome, _) =
-        post_callback_raw(connections, url, timeout, body, sees_images).await;
-    (reading, outcome)
+    match send_callback(connections, url, timeout, body).await {
+        Ok((status, bytes)) => (
+            read_answer(status, &bytes, sees_images),
+            CallOutcome::Completed,
+        ),
+        Err(failed) => failed,
+    }
 }
 
-/// The HTTP status and body text of a callback's answer, as it came.
-pub(crate) type RawAnswer = (u16, String);
-
-/// [`post_callback`], also returning the answer as it came (`None` when
-/// none came), for the inspector page, which shows it beside the reading.
-pub(crate) async fn post_callback_raw(
+/// The HTTP exchange of [`post_callback`]: the status and body of the
+/// answer, or the failure as main_server reads it. Also used by
+/// `neko-sidecar call`, which shows what the sidecar said beside `output`.
+pub(crate) async fn send_callback(
     connections: &Semaphore,
     url: &str,
     timeout: Duration,
     body: &Value,
-    sees_images: bool,
-) -> (Reading, CallOutcome, Option<RawAnswer>) {
-    let with_none = |(r, o): (Reading, CallOutcome)| (r, o, None);
+) -> Result<(u16, axum::body::Bytes), (Reading, CallOutcome)> {
     let Ok(Ok(_connection)) = tokio::time::timeout(timeout, connections.acquire()).await else {
-        return (
+        return Err((
             transport_failure("PoolTimeout", ""),
             CallOutcome::Inconclusive,
-            None,
-        );
+        ));
     };
     // One client per call: each tool has its own timeouts, and a stand-in
     // needs no connection reuse.
@@ -225,24 +224,17 @@ pub(crate) async fn post_callback_raw(
         .read_timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
-        .build();
-    let client = match client {
-        Ok(c) => c,
-        Err(e) => return with_none(failure_of(&e)),
-    };
-    let response = match client.post(url).json(body).send().await {
-        Ok(r) => r,
-        Err(e) => return with_none(failure_of(&e)),
-    };
+        .build()
+        .map_err(|e| failure_of(&e))?;
+    let response = client
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .map_err(|e| failure_of(&e))?;
     let status = response.status().as_u16();
-    match response.bytes().await {
-        Ok(bytes) => (
-            read_answer(status, &bytes, sees_images),
-            CallOutcome::Completed,
-            Some((status, String::from_utf8_lossy(&bytes).into_owned())),
-        ),
-        Err(e) => with_none(failure_of(&e)),
-    }
+    let bytes = response.bytes().await.map_err(|e| failure_of(&e))?;
+    Ok((status, bytes))
 }
 
 /// Names a reqwest failure the way httpx would name the same failure.

@@ -8,21 +8,29 @@
 //! | MCP result | envelope |
 //! |---|---|
 //! | `isError: true` | `is_error: true`, the text content as `output.error` |
-//! | `structuredContent` | `output` as it is |
+//! | `structuredContent` | `output` as it is, but for the data of a picture or a sound (below) |
 //! | text content only | `output`: the texts, one per line |
-//! | PNG or JPEG image | main_server `images` (the first 2), the rest described |
+//! | PNG or JPEG image | main_server `images` (the first 2; checked, repaired or refused by `callback::images`), the rest described |
 //! | audio, other images, resource links, embedded resources | a short description in `output` |
+//!
+//! No picture as text: where `structuredContent` repeats the data of an
+//! image or audio block of the same answer (the filesystem server's
+//! `read_media_file` does), the model reads the block's short description
+//! instead; an attached image's data is left for `callback::images`, which
+//! knows whether it was sent, to replace.
 //!
 //! Never I/O, never logs.
 
 use serde_json::{Map, Value as Json, json};
 
 use crate::callback::envelope::Envelope;
+use crate::callback::images::{decoded_size as size, refer_to_attachments};
 use crate::contract::answer::insert_into_output;
-// main_server looks at the first 2 `images` entries only, each at most
-// 2 MiB of base64 (CONTRACT.md, "Images"): past either cap an image would
-// be dropped with a warning, so it is described instead.
-use crate::contract::images::{MAX_B64_BYTES, MAX_IMAGES};
+// main_server looks at the first 2 `images` entries only (CONTRACT.md,
+// "Images"): past them an image would be dropped with a warning, so it is
+// described instead. One past its size caps is attached all the same: the
+// sidecar shrinks it (`callback::images`).
+use crate::contract::images::MAX_IMAGES;
 
 /// The envelope for a `tools/call` result (`result` as JSON on the wire).
 pub(crate) fn envelope_for(result: &Json) -> Envelope {
@@ -35,6 +43,8 @@ pub(crate) fn envelope_for(result: &Json) -> Envelope {
     let mut texts: Vec<String> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
     let mut images: Vec<Json> = Vec::new();
+    // The data of each block not attached, with the note that stands for it.
+    let mut stand_ins: Vec<(String, String)> = Vec::new();
     for block in content {
         match block.get("type").and_then(Json::as_str) {
             Some("text") => {
@@ -47,8 +57,6 @@ pub(crate) fn envelope_for(result: &Json) -> Envelope {
                 let data = block.get("data").and_then(Json::as_str).unwrap_or("");
                 let why = if !matches!(mime, "image/png" | "image/jpeg") {
                     Some("main_server takes PNG and JPEG images only")
-                } else if data.len() > MAX_B64_BYTES {
-                    Some("larger than main_server takes (2 MiB of base64)")
                 } else if images.len() >= MAX_IMAGES {
                     Some("main_server takes at most 2 images per answer")
                 } else if is_error {
@@ -58,21 +66,27 @@ pub(crate) fn envelope_for(result: &Json) -> Envelope {
                 };
                 match why {
                     None => images.push(json!({"data_b64": data, "mime": mime})),
-                    Some(why) => notes.push(format!(
-                        "[image {}, {}, not attached: {why}]",
-                        mime_or(mime),
-                        size(data)
-                    )),
+                    Some(why) => {
+                        let note = format!(
+                            "[image {}, {}, not attached: {why}]",
+                            mime_or(mime),
+                            size(data)
+                        );
+                        stand_ins.push((data.to_owned(), note.clone()));
+                        notes.push(note);
+                    }
                 }
             }
             Some("audio") => {
                 let mime = block.get("mimeType").and_then(Json::as_str).unwrap_or("");
                 let data = block.get("data").and_then(Json::as_str).unwrap_or("");
-                notes.push(format!(
+                let note = format!(
                     "[audio {}, {}: not attached, main_server takes no audio]",
                     mime_or(mime),
                     size(data)
-                ));
+                );
+                stand_ins.push((data.to_owned(), note.clone()));
+                notes.push(note);
             }
             Some("resource_link") => {
                 let uri = block.get("uri").and_then(Json::as_str).unwrap_or("?");
@@ -117,11 +131,14 @@ pub(crate) fn envelope_for(result: &Json) -> Envelope {
         if let Some(s) = result.get("structuredContent").filter(|s| !s.is_null()) {
             output.insert("details".into(), s.clone());
         }
+        let mut output = Json::Object(output);
+        refer_to_attachments(&mut output, &stand_ins);
         return Envelope {
-            output: Json::Object(output),
+            output,
             is_error: true,
             error: Some(message),
             images: None,
+            image_repairs: Vec::new(),
         };
     }
 
@@ -130,6 +147,7 @@ pub(crate) fn envelope_for(result: &Json) -> Envelope {
         // are, by the specification, its serialisation for older clients.
         Some(s) if !s.is_null() => {
             let mut out = s.clone();
+            refer_to_attachments(&mut out, &stand_ins);
             if !notes.is_empty() {
                 insert_into_output(&mut out, "_attachments", json!(notes));
             }
@@ -160,16 +178,6 @@ fn mime_or(mime: &str) -> &str {
         "of unknown type"
     } else {
         mime
-    }
-}
-
-/// The decoded size of base64 `data`, for a description.
-fn size(data: &str) -> String {
-    let bytes = data.trim_end_matches('=').len() * 3 / 4;
-    if bytes < 1024 {
-        format!("{bytes} bytes")
-    } else {
-        format!("{:.1} KiB", bytes as f64 / 1024.0)
     }
 }
 
@@ -225,20 +233,43 @@ mod tests {
     }
 
     #[test]
-    fn an_image_past_main_servers_size_cap_is_described_not_attached() {
-        let big = "A".repeat(MAX_B64_BYTES + 4);
+    fn an_image_past_main_servers_size_cap_is_attached_for_the_sidecar_to_shrink() {
+        let big = "A".repeat(2 * 1024 * 1024 + 4);
         let e = envelope_for(&json!({"content": [
             {"type": "image", "data": big, "mimeType": "image/png"},
             {"type": "image", "data": PNG, "mimeType": "image/png"}]}));
         assert_eq!(
             e.images.as_ref().and_then(Json::as_array).map(Vec::len),
-            Some(1)
+            Some(2)
         );
+    }
+
+    #[test]
+    fn structured_content_repeating_a_sound_or_an_unattached_picture_reads_its_note() {
+        let wav = "UklGRiQAAABXQVZFZm10IBAAAAABAAEA".repeat(40);
+        let gif = "R0lGODlhAQABAAAAACw=".repeat(40);
+        let e = envelope_for(&json!({
+            "content": [
+                {"type": "audio", "data": wav, "mimeType": "audio/wav"},
+                {"type": "image", "data": gif, "mimeType": "image/gif"}],
+            "structuredContent": {"content": [
+                {"type": "audio", "data": wav, "mimeType": "audio/wav"},
+                {"type": "image", "data": gif, "mimeType": "image/gif"}]}
+        }));
+        let text = model_text(&e.output);
         assert!(
-            model_text(&e.output).contains("2 MiB of base64"),
-            "{:?}",
-            e.output
+            !text.contains(&wav[..40]) && !text.contains(&gif[..40]),
+            "{text}"
         );
+        assert_eq!(
+            e.output["content"][0]["data"],
+            "[audio audio/wav, 960 bytes: not attached, main_server takes no audio]"
+        );
+        assert!(text.len() < 1024, "{text}");
+        let failed = envelope_for(&json!({
+            "content": [{"type": "audio", "data": wav, "mimeType": "audio/wav"}],
+            "structuredContent": {"clip": wav}, "isError": true}));
+        assert!(!model_text(&failed.output).contains(&wav[..40]));
     }
 
     #[test]

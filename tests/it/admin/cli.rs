@@ -155,6 +155,46 @@ fn answer(out: &Out) -> Json {
 // Its handlers are `sh` scripts.
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_shows_a_picture_main_server_would_refuse_delivered_and_repaired() {
+    use base64::Engine as _;
+    use neko_sidecar::contract::images::{sample_png, with_chunk};
+    let h = dev_server().await;
+    let ws = Workspace::new();
+    // A PNG whose iCCP chunk has a wrong CRC: browsers show it, Pillow
+    // (and so main_server) refuses it.
+    let png = with_chunk(&sample_png(12, 9), b"iCCP", b"sRGB\0\0profile", true);
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&png);
+    let envelope = json!({"output": "a photo", "is_error": false,
+        "images": [{"data_b64": b64, "mime": "image/png"}]});
+    ws.exec_handler(
+        "photo",
+        &format!("cat >/dev/null\nprintf '%s' '{envelope}'\n"),
+        "",
+    );
+    let run = registered(&ws, &h.url()).await;
+    let out = sidecar(&["call", "photo", "--admin", &run.url()]).await;
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let a = answer(&out);
+    assert_eq!(a["model_text"], "a photo");
+    assert_eq!(a["warnings"], json!([]), "main_server took the picture");
+    let images = a["images"].as_array().unwrap();
+    assert_eq!(images.len(), 1, "{a}");
+    assert_eq!(images[0]["mime"], "image/png");
+    assert_eq!(
+        (images[0]["width"].clone(), images[0]["height"].clone()),
+        (json!(12), json!(9))
+    );
+    let repair = a["image_repairs"][0].as_str().unwrap_or_default();
+    assert!(
+        repair.starts_with(
+            "image #0: the PNG has a bad CRC in its iCCP chunk; re-encoded as a clean PNG (12x9, "
+        ),
+        "{a}"
+    );
+    run.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_shows_what_the_model_sees() {
     let h = dev_server().await;
     let ws = Workspace::new();
@@ -178,7 +218,8 @@ async fn call_shows_what_the_model_sees() {
     assert_eq!(a["output"], "hello");
     assert_eq!(a["is_error"], false);
     assert_eq!(a["error"], Json::Null);
-    assert_eq!(a["images"], 0);
+    assert_eq!(a["images"], json!([]));
+    assert_eq!(a["image_repairs"], json!([]));
     assert_eq!(a["warnings"], json!([]));
     assert!(a["call_id"].as_str().unwrap().starts_with("call_"));
 

@@ -14,6 +14,10 @@ use neko_sidecar::callback::Outcome;
 use serde_json::{Value as Json, json};
 use tokio::sync::Notify;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use neko_sidecar::contract::images::{sample_png, sample_png_b64, with_chunk};
+
 use crate::support::callback::*;
 use crate::support::{http_client, impatient_client, refused_port, serve_http, wait_until};
 
@@ -95,17 +99,47 @@ async fn other_json_text_and_empty_answers_are_wrapped() {
 }
 
 #[tokio::test]
-async fn images_are_forwarded_as_the_handler_gave_them() {
-    // main_server is the one judge of images: the sidecar drops nothing.
-    let images = json!([
-        {"data_b64": "iVBORw0KGgo=", "mime": "image/png", "vision_prompt": "describe"},
-        {"data_b64": "%%%", "mime": "image/png"},
-        {"data_b64": "AAAA", "mime": "application/pdf", "extra": 1}
-    ]);
+async fn images_main_server_takes_go_as_given_others_are_repaired_or_explained() {
+    let clean =
+        json!({"data_b64": sample_png_b64(3, 3), "mime": "image/png", "vision_prompt": "describe"});
+    let bad_crc = with_chunk(&sample_png(5, 5), b"iCCP", b"icc\0\0x", true);
+    let bad_crc = json!({"data_b64": STANDARD.encode(&bad_crc), "mime": "image/png"});
+    let images = json!([clean, bad_crc]);
     let answer = json!({"output": "a cat", "is_error": false, "images": images}).to_string();
     let sc = one_tool(answering(Box::leak(answer.into_boxed_str())), "").await;
     let (_, body) = sc.call("t", json!({"city": "x"})).await;
-    assert_eq!(body["images"], images);
+    assert_eq!(
+        body["images"][0], clean,
+        "a clean image goes exactly as given"
+    );
+    let repaired = &body["images"][1];
+    assert_ne!(repaired, &bad_crc);
+    assert_eq!(repaired["mime"], "image/png");
+    assert_eq!(body["output"], "a cat", "nothing for the model to read");
+    assert!(
+        body["image_repairs"][0].as_str().unwrap().starts_with(
+            "image #1: the PNG has a bad CRC in its iCCP chunk; re-encoded as a clean PNG (5x5, "
+        ),
+        "{body}"
+    );
+    let stats = &sc.handle.stats().tools["t"];
+    assert_eq!((stats.images_repaired, stats.images_refused), (1, 0));
+
+    // Garbage is not sent, and the model reads which image and why.
+    let answer = json!({"output": {"n": 1}, "is_error": false,
+        "images": [{"data_b64": "%%%", "mime": "image/png"}]})
+    .to_string();
+    let sc = one_tool(answering(Box::leak(answer.into_boxed_str())), "").await;
+    let (_, body) = sc.call("t", json!({"city": "x"})).await;
+    assert_eq!(body["images"], json!([]));
+    assert_eq!(body["output"]["n"], 1);
+    let why = body["output"]["_image_warnings"][0].as_str().unwrap();
+    assert!(
+        why.starts_with("image #0 was not attached: its `data_b64` is not strict base64"),
+        "{why}"
+    );
+    let stats = &sc.handle.stats().tools["t"];
+    assert_eq!((stats.images_repaired, stats.images_refused), (0, 1));
 }
 
 #[tokio::test]

@@ -6,7 +6,9 @@
 //! Every test needs `/__dev/` control, so against a real server they all
 //! say they were skipped.
 
-use neko_sidecar::contract::images::sample_png_b64;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use neko_sidecar::contract::images::{sample_png, sample_png_b64, with_chunk};
 use serde_json::{Value, json};
 
 use crate::support::refused_port;
@@ -276,16 +278,54 @@ async fn rule7_only_the_first_two_images_are_looked_at_and_must_be_real() {
         })
         .collect();
     assert_eq!(prompts, [(json!("one"), json!(3), json!("image/png"))]);
-    assert_eq!(answer["warnings"].as_array().unwrap().len(), 2, "{answer}");
+    // main_server's own warnings, word for word.
+    assert_eq!(
+        answer["warnings"],
+        json!([
+            "a tool may return at most 2 image(s); 1 dropped",
+            "image #1 has invalid base64 or non-image bytes; dropped"
+        ]),
+        "{answer}"
+    );
     // Rule 8: the warnings reach the model inside `output`, a string
     // output wrapped as `{"result": ...}` first.
     assert_eq!(answer["output"]["result"], "ok");
     assert_eq!(answer["output"]["_image_warnings"], answer["warnings"]);
     let text = answer["model_text"].as_str().unwrap();
     assert!(
-        text.contains("_image_warnings") && text.contains("not a JPEG or PNG"),
+        text.contains("_image_warnings") && text.contains("non-image bytes; dropped"),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn rule15_a_png_with_a_bad_ancillary_crc_never_reaches_the_model() {
+    // What an editor that rewrites metadata leaves: browsers show it, the
+    // `png` crate skips the chunk, Pillow refuses the whole picture.
+    let png = sample_png(6, 6);
+    for kind in [b"iCCP", b"tEXt"] {
+        let bad = with_chunk(&png, kind, b"Comment\0edited", true);
+        let body = with_images(json!([{"data_b64": STANDARD.encode(&bad), "mime": "image/png"}]));
+        let Some(answer) = call_answering(
+            "rule15_a_png_with_a_bad_ancillary_crc_never_reaches_the_model",
+            200,
+            "application/json",
+            body,
+        )
+        .await
+        else {
+            return;
+        };
+        assert_eq!(answer["images"], json!([]), "{answer}");
+        assert_eq!(
+            answer["warnings"],
+            json!(["image #0 has invalid base64 or non-image bytes; dropped"])
+        );
+        assert_eq!(
+            answer["model_text"],
+            r#"{"result": "ok", "_image_warnings": ["image #0 has invalid base64 or non-image bytes; dropped"]}"#
+        );
+    }
 }
 
 #[tokio::test]

@@ -52,6 +52,44 @@ async fn an_image_reaches_main_server_attached() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_picture_repeated_in_structured_content_is_read_as_a_short_reference() {
+    // Shaped as the filesystem server's `read_media_file` answers: the image
+    // content, and the same image again inside `structuredContent`.
+    let rig = dev("").await;
+    let a = rig
+        .call("dev_image", json!({"repeat_in_structured_content": true}))
+        .await;
+    assert_answered(&a);
+    assert_eq!(a.images.len(), 1, "{a:#?}");
+    assert_eq!((a.images[0].mime, a.images[0].width), ("image/png", 160));
+    assert!(a.images[0].data_b64_len > 20_000, "{:?}", a.images[0]);
+    let reference = &a.output["content"][0]["data"];
+    assert!(
+        reference
+            .as_str()
+            .is_some_and(|r| r.starts_with("[image #0 (image/png, ")
+                && r.ends_with("): attached as a picture]")),
+        "{}",
+        a.model_text
+    );
+    assert!(a.model_text.len() < 1024, "{}", a.model_text);
+    assert!(!a.model_text.contains("iVBORw0KGgo"), "{}", a.model_text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_png_main_server_would_refuse_for_its_crc_arrives_repaired() {
+    let rig = dev("").await;
+    let a = rig.call("dev_image", json!({"bad_crc": true})).await;
+    // Sent as the server gave it, main_server would drop it (rule 15).
+    assert_answered(&a);
+    assert_eq!(a.images.len(), 1, "{a:#?}");
+    assert_eq!((a.images[0].mime, a.images[0].width), ("image/png", 16));
+    assert_eq!(a.model_text, "a 16x16 square");
+    let stats = &rig.daemon.daemon().callback.stats().tools["dev_image"];
+    assert_eq!((stats.images_repaired, stats.images_refused), (1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_three_images_two_are_attached_and_the_third_described() {
     let rig = dev("").await;
     let a = rig.call("dev_images", json!({"count": 3})).await;
