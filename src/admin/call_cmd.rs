@@ -118,19 +118,19 @@ pub(super) async fn call_url(
     let started = Instant::now();
     let body = callback_body(name, raw, &call_id);
     let connections = tokio::sync::Semaphore::new(MAX_CALLBACK_CONNECTIONS);
-    let (view, image_repairs, answer) =
-        match send_callback(&connections, url, timeout, &body).await {
-            Ok((status, bytes)) => {
-                // Beside `output`, where main_server never looks.
-                let repairs = serde_json::from_slice::<Value>(&bytes)
-                    .ok()
-                    .and_then(|v| v.get("image_repairs").cloned())
-                    .unwrap_or_else(|| json!([]));
-                let raw_answer = (status, String::from_utf8_lossy(&bytes).into_owned());
-                (read_answer(status, &bytes, true), repairs, Some(raw_answer))
-            }
-            Err((view, _)) => (view, json!([]), None),
-        };
+    let (view, image_repairs, answer) = match send_callback(&connections, url, timeout, &body).await
+    {
+        Ok((status, bytes)) => {
+            // Beside `output`, where main_server never looks.
+            let repairs = serde_json::from_slice::<Value>(&bytes)
+                .ok()
+                .and_then(|v| v.get("image_repairs").cloned())
+                .unwrap_or_else(|| json!([]));
+            let raw_answer = (status, String::from_utf8_lossy(&bytes).into_owned());
+            (read_answer(status, &bytes, true), repairs, Some(raw_answer))
+        }
+        Err((view, _)) => (view, json!([]), None),
+    };
     let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let report = CallReport {
         is_error: view.is_error,

@@ -323,11 +323,9 @@ impl EntryReader<'_, '_> {
                 return None;
             }
             argv[0] = runtime_path(&p).to_string_lossy().into_owned();
-        } else if let Err(tried) = crate::os::resolve_program(
-            &program,
-            &cwd,
-            env.get("PATH").map(std::ffi::OsStr::new),
-        ) {
+        } else if let Err(tried) =
+            crate::os::resolve_program(&program, &cwd, env.get("PATH").map(std::ffi::OsStr::new))
+        {
             let msg = format!(
                 "the program `{program}` of MCP server `{}` is {tried}: the server cannot start until it is installed (or give its full path)",
                 self.name
