@@ -194,6 +194,8 @@ async fn call_shows_a_picture_main_server_would_refuse_delivered_and_repaired() 
     run.stop().await;
 }
 
+// Its handlers are `sh` scripts.
+#[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_shows_what_the_model_sees() {
     let h = dev_server().await;
