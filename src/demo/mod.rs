@@ -2,7 +2,8 @@
 //! the stand-in main_server, the example handlers, the stand-in MCP server
 //! (over Streamable HTTP) and the sidecar on free loopback ports with the
 //! example manifests (embedded in the binary) and an `[[mcp_server]]`, then
-//! shows: the tools registered, MCP tools among them; the model calling each tool; bad arguments
+//! shows: the tools registered, MCP tools among them; the model calling each tool (and
+//! seeing a picture the sidecar repaired); bad arguments
 //! answered by validation; a main_server restart repaired; a manifest edit
 //! registered in place; shutdown removing every tool.
 //!
@@ -330,10 +331,13 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
         calls.push(("disk_usage", json!({}), None));
     }
     calls.push(("mcp_add", json!({"a": 2, "b": 3}), None));
+    // A picture main_server's Pillow would refuse (a bad CRC in its tEXt
+    // chunk): it arrives only because the sidecar repairs it.
+    calls.push(("mcp_image", json!({"bad_crc": true}), None));
     for (name, args, role) in calls {
         let answer = call(&stand_in, name, args.clone(), role).await;
         let ok = answer_is_right(name, &answer);
-        story.say(&format!("{name} {args}"));
+        story.say(&format!("{name} {args}{}", call_note(name)));
         story.outcome(
             &format!("call:{name}"),
             ok,
@@ -388,7 +392,7 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
             expected.len(),
             took.as_millis(),
             POLL.as_millis(),
-            MCP_TOOLS.join(" and ")
+            MCP_TOOLS.join(", ")
         ),
         json!({"ms": took.as_millis() as u64, "poll_ms": POLL.as_millis() as u64}),
     );
@@ -476,7 +480,7 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
 }
 
 /// The MCP tools the demo offers (of the stand-in MCP server's many).
-const MCP_TOOLS: [&str; 2] = ["mcp_echo", "mcp_add"];
+const MCP_TOOLS: [&str; 3] = ["mcp_echo", "mcp_add", "mcp_image"];
 
 fn mcp_manifest(url: &str) -> String {
     format!(
@@ -486,7 +490,7 @@ fn mcp_manifest(url: &str) -> String {
 name = "demo_mcp"
 url = "{url}"
 prefix = "mcp_"
-include = ["echo", "add"]
+include = ["echo", "add", "image"]
 timeout_seconds = 10
 "#
     )
@@ -546,6 +550,16 @@ fn model_text(a: &Json) -> &str {
     a["model_text"].as_str().unwrap_or_default()
 }
 
+/// What the narration adds after a call's arguments.
+fn call_note(name: &str) -> &'static str {
+    match name {
+        "mcp_image" => {
+            " (a PNG with a bad CRC in its tEXt chunk: main_server's Pillow drops it, so the sidecar repairs it first)"
+        }
+        _ => "",
+    }
+}
+
 /// Whether the model read what the example handler should answer.
 fn answer_is_right(name: &str, a: &Json) -> bool {
     if a["is_error"] != json!(false) {
@@ -561,6 +575,11 @@ fn answer_is_right(name: &str, a: &Json) -> bool {
         "disk_usage" => out.as_str().is_some_and(|s| !s.is_empty()),
         // The MCP tool's structuredContent, as the model reads it.
         "mcp_add" => out["sum"].as_f64() == Some(5.0),
+        // The picture reached the model, with no warning from main_server.
+        "mcp_image" => {
+            a["images"].as_array().is_some_and(|i| i.len() == 1)
+                && a["warnings"].as_array().is_some_and(Vec::is_empty)
+        }
         _ => false,
     }
 }
@@ -569,10 +588,31 @@ fn answer_is_right(name: &str, a: &Json) -> bool {
 /// marked when main_server counts the call as failed.
 fn show(a: &Json) -> String {
     let text = model_text(a).replace('\n', " ⏎ ");
-    if a["is_error"] == json!(true) {
+    let reads = if a["is_error"] == json!(true) {
         format!("the model reads (is_error): {text}")
     } else {
         format!("the model reads: {text}")
+    };
+    let pictures: Vec<String> = a["images"]
+        .as_array()
+        .map(|images| {
+            images
+                .iter()
+                .map(|i| {
+                    format!(
+                        "{} {}x{}",
+                        i["mime"].as_str().unwrap_or("?"),
+                        i["width"],
+                        i["height"]
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if pictures.is_empty() {
+        reads
+    } else {
+        format!("{reads}, and sees the picture ({})", pictures.join(", "))
     }
 }
 

@@ -63,11 +63,11 @@ fn the_demo_tells_the_whole_story_and_every_step_holds() {
             assert!(stdout.contains(&format!("skipping {tool}")), "{stdout}");
         }
     }
-    // The stand-in MCP server runs in the demo's process: its two tools
-    // are always there, and the model calls one.
+    // The stand-in MCP server runs in the demo's process: its three tools
+    // are always there, and the model calls two.
     let registered = &report["steps"][0];
     assert_eq!(registered["step"], "registered");
-    assert_eq!(registered["detail"]["tools"], expected_tools.len() + 2);
+    assert_eq!(registered["detail"]["tools"], expected_tools.len() + 3);
     for (_, names) in registered["detail"]["by_role"]
         .as_array()
         .unwrap()
@@ -81,7 +81,9 @@ fn the_demo_tells_the_whole_story_and_every_step_holds() {
             .filter_map(|n| n.as_str())
             .collect();
         assert!(
-            names.contains(&"mcp_add") && names.contains(&"mcp_echo"),
+            ["mcp_add", "mcp_echo", "mcp_image"]
+                .iter()
+                .all(|t| names.contains(t)),
             "{names:?}"
         );
     }
@@ -89,6 +91,7 @@ fn the_demo_tells_the_whole_story_and_every_step_holds() {
     let mut want = vec!["registered".to_string()];
     want.extend(expected_tools.iter().map(|t| format!("call:{t}")));
     want.push("call:mcp_add".to_string());
+    want.push("call:mcp_image".to_string());
     want.extend(
         [
             "failure",
