@@ -58,22 +58,31 @@ fn answers(addr: &str) -> bool {
     std::net::TcpStream::connect(addr).is_ok()
 }
 
-#[tokio::test]
-async fn a_timeout_ends_the_grandchildren_too() {
-    let dir = tempfile::tempdir().unwrap();
-    let sc = Arc::new(
-        Sidecar::start(&state(
-            dir.path(),
-            &tree_tool(dir.path(), "timeout_seconds = 3"),
-        ))
-        .await,
-    );
+/// Starts a sidecar with the tree tool (`timeout`, a manifest line), calls
+/// it, and waits for its grandchild to serve: the sidecar, the call in
+/// flight and the grandchild's address.
+async fn call_the_tree(
+    dir: &Path,
+    timeout: &str,
+) -> (
+    Arc<Sidecar>,
+    tokio::task::JoinHandle<(u16, serde_json::Value)>,
+    String,
+) {
+    let sc = Arc::new(Sidecar::start(&state(dir, &tree_tool(dir, timeout))).await);
     let call = tokio::spawn({
         let sc = sc.clone();
         async move { sc.call("tree", json!({})).await }
     });
-    let addr = grandchild_addr(dir.path()).await;
+    let addr = grandchild_addr(dir).await;
     assert!(answers(&addr), "the grandchild is not serving");
+    (sc, call, addr)
+}
+
+#[tokio::test]
+async fn a_timeout_ends_the_grandchildren_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_sc, call, addr) = call_the_tree(dir.path(), "timeout_seconds = 3").await;
     failure(&call.await.unwrap(), "TOOL_TIMEOUT");
     let gone = wait_until(WAIT, || !answers(&addr)).await;
     assert!(
@@ -85,19 +94,7 @@ async fn a_timeout_ends_the_grandchildren_too() {
 #[tokio::test]
 async fn a_forced_drain_ends_the_grandchildren_too() {
     let dir = tempfile::tempdir().unwrap();
-    let sc = Arc::new(
-        Sidecar::start(&state(
-            dir.path(),
-            &tree_tool(dir.path(), "timeout_seconds = 60"),
-        ))
-        .await,
-    );
-    let call = tokio::spawn({
-        let sc = sc.clone();
-        async move { sc.call("tree", json!({})).await }
-    });
-    let addr = grandchild_addr(dir.path()).await;
-    assert!(answers(&addr), "the grandchild is not serving");
+    let (sc, call, addr) = call_the_tree(dir.path(), "timeout_seconds = 60").await;
     let drained = sc
         .handle
         .drain(Instant::now() + Duration::from_millis(200))
