@@ -33,6 +33,10 @@ pub enum Command {
     /// Run the stand-in MCP server (on stdio, or Streamable HTTP with --http)
     /// for development and tests.
     DevMcp(DevMcpArgs),
+    /// Run a stand-in exec handler for development and tests: it answers
+    /// with what it read on stdin, so the answer is the call exactly as an
+    /// exec handler receives it. Unlike `cat`, it exists on every platform.
+    DevHandler,
     /// Run the sidecar: keep the manifests' tools registered and serve their calls.
     Run(RunArgs),
     /// Show the whole idea end to end: stand-in main_server, example tools, sidecar.

@@ -57,6 +57,7 @@ enum Prepared {
     Call(CallArgs),
     DevServer(DevServerArgs),
     DevMcp(DevMcpArgs),
+    DevHandler,
 }
 
 impl Invocation {
@@ -72,6 +73,7 @@ impl Invocation {
             // Warnings only: its stderr ends up in the sidecar's log, line by
             // line, and rmcp logs every message at info.
             Command::DevMcp(args) => (Prepared::DevMcp(args), Some(text_log("warn", None))),
+            Command::DevHandler => (Prepared::DevHandler, None),
             Command::Demo(args) => {
                 // rmcp off: the in-process stand-in MCP server's session
                 // ends with the demo, which rmcp reports as an error; the
@@ -195,6 +197,15 @@ impl Invocation {
                 devmcp::run_cli(args).await?;
                 Ok(())
             }),
+            Prepared::DevHandler => {
+                match std::io::copy(&mut std::io::stdin().lock(), &mut std::io::stdout().lock()) {
+                    Ok(_) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("neko-sidecar dev-handler: {e}");
+                        ExitCode::FAILURE
+                    }
+                }
+            }
         }
     }
 }

@@ -40,7 +40,7 @@ async fn an_ipv6_listener_gets_a_bracketed_url() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let sc = Sidecar::on(listener, &state(dir.path(), ECHO), settings());
+    let sc = Sidecar::on(listener, &state(dir.path(), &ECHO), settings());
     assert!(
         sc.handle.base_url().starts_with("http://[::1]:"),
         "{}",
@@ -199,7 +199,7 @@ async fn a_peer_that_is_not_loopback_gets_403() {
     };
     let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let sc = Sidecar::on(listener, &state(dir.path(), ECHO), settings());
+    let sc = Sidecar::on(listener, &state(dir.path(), &ECHO), settings());
     let resp = sc
         .client
         .post(sc.handle.url_for("echo"))
@@ -215,11 +215,11 @@ async fn a_peer_that_is_not_loopback_gets_403() {
 #[tokio::test]
 async fn a_reload_swaps_tools_and_keeps_statistics() {
     let dir = tempfile::tempdir().unwrap();
-    let two = format!("{ECHO}{}", ECHO.replace("\"echo\"", "\"echo2\""));
+    let two = format!("{}{}", *ECHO, ECHO.replace("\"echo\"", "\"echo2\""));
     let sc = Sidecar::start(&state(dir.path(), &two)).await;
     success(&sc.call("echo", json!({})).await);
     success(&sc.call("echo2", json!({})).await);
-    sc.handle.set_tools(&state(dir.path(), ECHO));
+    sc.handle.set_tools(&state(dir.path(), &ECHO));
     failure(&sc.call("echo2", json!({})).await, "TOOL_NOT_REGISTERED");
     success(&sc.call("echo", json!({})).await);
     let stats = sc.handle.stats();

@@ -2,6 +2,7 @@
 //! text, calls sent as main_server sends them, and the reading of answers.
 
 use std::path::Path;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use neko_sidecar::callback::{CallbackHandle, CallbackServer, CallbackSettings};
@@ -10,13 +11,15 @@ use serde_json::{Value as Json, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::{desired_state, http_client};
+use super::{BIN, desired_state, exec_tool, http_client};
 
 /// The source of the tools served here.
 pub const SOURCE: &str = "plugin:test";
 
-/// The `echo` tool: `cat` hands the call back as the output.
-pub const ECHO: &str = "[[tool]]\nname = \"echo\"\ndescription = \"d\"\nhandler = { type = \"exec\", command = [\"cat\"] }\n";
+/// A tool whose exec handler answers with the call it read (the sidecar's
+/// `dev-handler`, which runs on every platform, where `cat` does not).
+pub static ECHO: LazyLock<String> =
+    LazyLock::new(|| exec_tool("echo", "d", &[BIN, "dev-handler"], ""));
 
 pub fn settings() -> CallbackSettings {
     CallbackSettings {
@@ -95,7 +98,7 @@ pub async fn echo_sidecar() -> (tempfile::TempDir, Sidecar) {
 /// The same, with `settings`.
 pub async fn echo_sidecar_with(settings: CallbackSettings) -> (tempfile::TempDir, Sidecar) {
     let dir = tempfile::tempdir().unwrap();
-    let sc = Sidecar::start_with(&state(dir.path(), ECHO), settings).await;
+    let sc = Sidecar::start_with(&state(dir.path(), &ECHO), settings).await;
     (dir, sc)
 }
 
