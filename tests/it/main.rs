@@ -38,5 +38,7 @@ mod reload;
 mod systemd_notify;
 // Named to sort last: libtest starts tests in name order, so the chaos test
 // starts once every other test has, and has the machine to itself for its
-// 40 s of timed faults, as when it was a test binary of its own.
+// 40 s of timed faults, as when it was a test binary of its own. Unix only:
+// its exec tool is a `sh` script that reads the call.
+#[cfg(unix)]
 mod under_chaos;

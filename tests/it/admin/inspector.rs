@@ -37,6 +37,7 @@ async fn post_call(run: &Running, headers: &[(&str, &str)], body: &Json) -> (u16
 
 /// A `greet` whose description holds markup, as a hostile manifest or MCP
 /// server could write it.
+#[cfg(unix)]
 fn hostile_greet(ws: &Workspace) {
     ws.exec_handler(
         "greet",
@@ -51,6 +52,8 @@ fn hostile_greet(ws: &Workspace) {
     std::fs::write(path, text).unwrap();
 }
 
+// Its handler is a `sh` script (`greet`), so Unix only.
+#[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_lists_every_tool_with_a_strict_policy_and_markup_as_text() {
     let h = dev_server().await;
@@ -119,6 +122,8 @@ async fn the_page_lists_every_tool_with_a_strict_policy_and_markup_as_text() {
     run.stop().await;
 }
 
+// Its handler is a `sh` script (`greet`), so Unix only.
+#[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_needs_the_pages_own_origin_and_its_token() {
     let h = dev_server().await;

@@ -11,11 +11,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use neko_sidecar::registration::ToolState;
-use serde_json::json;
-
 use crate::support::admin::*;
-use crate::support::{Workspace, call, dev_server, refused_port};
+use crate::support::{Workspace, refused_port};
 
 /// One sample line.
 #[derive(Debug, Clone, PartialEq)]
@@ -285,8 +282,14 @@ fn cross_check(text: &str, p: &Parsed) {
     assert_eq!(histograms, ours);
 }
 
+// Its handlers are `sh` scripts, so Unix only.
+#[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scrape_is_valid_and_has_every_listed_series() {
+    use crate::support::{call, dev_server};
+    use neko_sidecar::registration::ToolState;
+    use serde_json::json;
+
     let h = dev_server().await;
     let ws = Workspace::new();
     greet(&ws);

@@ -1,14 +1,17 @@
 //! `/status`, `/healthz` and the request gates against the whole daemon
 //! (in-process, real sockets) and the in-process stand-in main_server.
 
-use neko_sidecar::registration::ToolState;
-use serde_json::json;
-
 use crate::support::admin::*;
-use crate::support::{Workspace, call, dev_server, refused_port};
+use crate::support::{Workspace, dev_server, refused_port};
 
+// Its handlers are `sh` scripts, so Unix only.
+#[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_shows_server_tools_calls_and_manifest_errors() {
+    use crate::support::call;
+    use neko_sidecar::registration::ToolState;
+    use serde_json::json;
+
     let h = dev_server().await;
     let ws = Workspace::new();
     greet(&ws);

@@ -63,6 +63,8 @@ async fn the_node_exec_example_answers() {
     exec_example("node", "weather_exec.js").await;
 }
 
+// The example is a `sh` script: Unix only.
+#[cfg(unix)]
 #[tokio::test]
 async fn the_sh_exec_example_answers() {
     let toml = format!(

@@ -23,7 +23,8 @@ fn tree_tool(dir: &Path, extra: &str) -> String {
         // Unquoted: std quotes the whole line for cmd.exe, and cmd strips
         // that outer pair only when nothing inside is quoted (the test
         // binary's and the temporary folder's paths have no spaces).
-        let line = format!("{BIN} dev-mcp --http 127.0.0.1:0 > {}", out.display());
+        let bin = BIN.replace('/', "\\");
+        let line = format!("{bin} dev-mcp --http 127.0.0.1:0 > {}", out.display());
         vec!["cmd".into(), "/c".into(), line]
     } else {
         // `; true` keeps sh from exec'ing the last command itself, so the

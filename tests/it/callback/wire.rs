@@ -388,16 +388,24 @@ async fn an_idle_kept_alive_connection_is_closed_after_the_idle_timeout() {
     );
 }
 
-/// 2,000 connections that send nothing (another local process holding
-/// them) do not keep a call out: past `max_connections`, the longest idle
-/// ones are closed to make room.
+/// Idle connections, twice `max_connections` of them, that send nothing
+/// (another local process holding them) do not keep a call out: past
+/// `max_connections`, the longest idle ones are closed to make room. On
+/// Unix at the default limit (1,024, so 2,048 connections); under Wine at
+/// 128, since Wine's wineserver, which every socket wait goes through,
+/// spins on a few thousand pending socket polls and starves the whole
+/// test binary (seen with Wine 8.0: 10 minutes of wineserver CPU).
 #[tokio::test]
-async fn two_thousand_idle_connections_do_not_stop_a_call() {
-    let (_dir, sc) = echo_sidecar().await;
-    let max = settings().max_connections;
+async fn idle_connections_past_the_limit_do_not_stop_a_call() {
+    let mut settings = settings();
+    if cfg!(windows) {
+        settings.max_connections = 128;
+    }
+    let max = settings.max_connections;
+    let (_dir, sc) = echo_sidecar_with(settings).await;
     let (addr, _) = split_url(&sc.handle.url_for("echo"));
     let mut idle = Vec::new();
-    for _ in 0..2000 {
+    for _ in 0..2 * max {
         idle.push(TcpStream::connect(&addr).await.unwrap());
     }
     let answer = tokio::time::timeout(

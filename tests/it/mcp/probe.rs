@@ -99,16 +99,23 @@ async fn check_probe_lists_the_tools_of_each_imported_server() {
         .expect("running check --probe");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
+    // The program as found: on Windows, with the separators Windows writes.
+    let bin = if cfg!(windows) {
+        BIN.replace('/', "\\")
+    } else {
+        BIN.to_string()
+    };
     assert!(
         stdout.contains(&format!(
-            "MCP server `dev` (stdio {BIN} dev-mcp), protocol {CURRENT_PROTOCOL}: 2 tools offered: dev_echo, dev_add (0 rejected, 9 left out by include/exclude)"
+            "MCP server `dev` (stdio {bin} dev-mcp), protocol {CURRENT_PROTOCOL}: 2 tools offered: dev_echo, dev_add (0 rejected, 9 left out by include/exclude)"
         )),
         "{stdout}"
     );
     let warning = format!(
         "{}:1:{old_at}: warning: MCP server `old` (sse http://127.0.0.1:9/sse) is not bridged",
-        ws.root
-            .join("tools/../claude_desktop_config.json")
+        ws.tools
+            .join("..")
+            .join("claude_desktop_config.json")
             .display()
     );
     assert!(stdout.contains(&warning), "{warning:?} missing:\n{stdout}");

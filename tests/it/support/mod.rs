@@ -15,6 +15,8 @@
 
 pub mod admin;
 pub mod callback;
+// The chaos test's rig (Unix only, as that test is).
+#[cfg(unix)]
 pub mod chaos;
 pub mod daemon;
 pub mod engine;
@@ -40,10 +42,24 @@ use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 use tokio::net::TcpListener;
 
-/// The daemon binary built with this suite.
-pub const BIN: &str = env!("CARGO_BIN_EXE_neko-sidecar");
-/// Bounds a failing wait; passing tests never come near it.
-pub const WAIT: Duration = Duration::from_secs(15);
+/// The daemon binary built with this suite. A Windows build made on Linux
+/// and run under Wine gets a Unix path from cargo, which Windows would read
+/// on the current drive; Wine shows the Unix root as drive Z:, so that is
+/// the path a manifest on another drive (the temp folder is on C:) can name.
+pub const BIN: &str = {
+    const CARGO: &str = env!("CARGO_BIN_EXE_neko-sidecar");
+    const UNDER_WINE: &str = concat!("Z:", env!("CARGO_BIN_EXE_neko-sidecar"));
+    if cfg!(windows) && CARGO.as_bytes()[0] == b'/' {
+        UNDER_WINE
+    } else {
+        CARGO
+    }
+};
+/// Bounds a failing wait; passing tests never come near it. Longer on
+/// Windows, whose tests run here under Wine: its one wineserver process
+/// serves every socket wait of every test, so a busy suite runs slower
+/// there (a thousand registrations took over 15 s beside other tests).
+pub const WAIT: Duration = Duration::from_secs(if cfg!(windows) { 60 } else { 15 });
 
 /// The repository's root, where `examples/` and `agent.toml.example` are.
 pub fn repo() -> &'static Path {
