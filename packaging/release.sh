@@ -43,6 +43,9 @@ version="$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)"
 [ -n "$version" ] || { echo "no version in Cargo.toml" >&2; exit 1; }
 target_dir="${CARGO_TARGET_DIR:-target}"
 dist="$target_dir/dist"
+mkdir -p "$dist"
+# Absolute: the archives are written from a staging folder.
+dist="$(cd "$dist" && pwd)"
 epoch="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}"
 
 sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo
@@ -95,7 +98,7 @@ for t in $targets; do
   rm -f "$dist/$archive"
   case "$archive" in
     *.zip)
-      (cd "$stage" && find "$name" | LC_ALL=C sort | zip -q -X -@ "$root/$dist/$archive") ;;
+      (cd "$stage" && find "$name" | LC_ALL=C sort | zip -q -X -@ "$dist/$archive") ;;
     *.tar.gz)
       tar -C "$stage" --sort=name --mtime="@$epoch" --owner=0 --group=0 --numeric-owner \
         -cf - "$name" | gzip -n -9 >"$dist/$archive" ;;
@@ -119,7 +122,7 @@ for archive in "${archives[@]}"; do
   trap 'rm -rf "$unpacked"' EXIT
   case "$archive" in
     *.zip)
-      (cd "$unpacked" && unzip -q "$root/$dist/$archive")
+      (cd "$unpacked" && unzip -q "$dist/$archive")
       # Under Wine, from the unpacked folder (so relative paths resolve
       # as they would for a user who unzipped it).
       (cd "$unpacked/${archive%.zip}" &&
