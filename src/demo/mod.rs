@@ -450,7 +450,10 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
     // 8. Shutdown.
     story.chapter(
         8,
-        "The sidecar stops (SIGTERM): it removes its tools in one round trip",
+        &format!(
+            "The sidecar stops ({}): it removes its tools in one round trip",
+            crate::os::Platform::CURRENT.stop_request()
+        ),
     );
     let t0 = Instant::now();
     shutdown.cancel();

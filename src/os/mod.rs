@@ -79,6 +79,14 @@ impl Platform {
         }
     }
 
+    /// What an operator sends to stop the sidecar, as the demo names it.
+    pub fn stop_request(self) -> &'static str {
+        match self {
+            Platform::Windows => "Ctrl+C",
+            _ => "SIGTERM",
+        }
+    }
+
     /// Why `feature` cannot be had here, in a sentence for a `check`
     /// error; `None` when it can.
     pub fn lacks(self, feature: Feature) -> Option<String> {
