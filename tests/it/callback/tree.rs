@@ -13,7 +13,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::support::callback::*;
-use crate::support::{BIN, WAIT, exec_tool, wait_until};
+use crate::support::{BIN, WAIT, bin_as_written, exec_tool, wait_until};
 
 /// A handler that starts a grandchild serving on a loopback port, writes
 /// the grandchild's URL to `url.txt` in `dir`, and never answers.
@@ -23,7 +23,7 @@ fn tree_tool(dir: &Path, extra: &str) -> String {
         // Unquoted: std quotes the whole line for cmd.exe, and cmd strips
         // that outer pair only when nothing inside is quoted (the test
         // binary's and the temporary folder's paths have no spaces).
-        let bin = BIN.replace('/', "\\");
+        let bin = bin_as_written();
         let line = format!("{bin} dev-mcp --http 127.0.0.1:0 > {}", out.display());
         vec!["cmd".into(), "/c".into(), line]
     } else {

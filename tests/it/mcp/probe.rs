@@ -10,7 +10,7 @@ use tokio::process::Command;
 
 use crate::support::daemon::clean_env;
 use crate::support::mcp::*;
-use crate::support::{BIN, WAIT, Workspace};
+use crate::support::{BIN, WAIT, Workspace, bin_as_written};
 
 /// `check --probe` on a workspace whose `tools/mcp.toml` is `manifest`;
 /// main_server is never contacted.
@@ -100,11 +100,7 @@ async fn check_probe_lists_the_tools_of_each_imported_server() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     // The program as found: on Windows, with the separators Windows writes.
-    let bin = if cfg!(windows) {
-        BIN.replace('/', "\\")
-    } else {
-        BIN.to_string()
-    };
+    let bin = bin_as_written();
     assert!(
         stdout.contains(&format!(
             "MCP server `dev` (stdio {bin} dev-mcp), protocol {CURRENT_PROTOCOL}: 2 tools offered: dev_echo, dev_add (0 rejected, 9 left out by include/exclude)"

@@ -55,6 +55,16 @@ pub const BIN: &str = {
         CARGO
     }
 };
+/// [`BIN`] with the separators this platform writes (backslashes on
+/// Windows): as `cmd` wants it, and as the sidecar shows a program it found.
+pub fn bin_as_written() -> String {
+    if cfg!(windows) {
+        BIN.replace('/', "\\")
+    } else {
+        BIN.to_string()
+    }
+}
+
 /// Bounds a failing wait; passing tests never come near it. Longer on
 /// Windows, whose tests run here under Wine: its one wineserver process
 /// serves every socket wait of every test, so a busy suite runs slower
