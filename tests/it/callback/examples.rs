@@ -110,6 +110,23 @@ async fn the_sh_exec_example_answers() {
     assert!(out.as_str().unwrap().contains(" used of "), "{out}");
 }
 
+// The Windows zip's counterpart of the `sh` script, a batch file run by
+// cmd: Windows only (under Wine here).
+#[cfg(windows)]
+#[tokio::test]
+async fn the_cmd_exec_example_answers() {
+    let dir = crate::support::repo().join("packaging/windows/examples/handlers");
+    // Relative to the manifest's folder, the handler's default cwd.
+    let toml = "[[tool]]\nname = \"disk_usage\"\ndescription = \"Disk usage\"\nhandler = { type = \"exec\", command = [\"cmd\", \"/d\", \"/c\", \"disk_usage.cmd\"] }\n";
+    let sc = Sidecar::start(&state(&dir, toml)).await;
+    let out = success(&sc.call("disk_usage", json!({})).await);
+    let text = out.as_str().unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        text.contains(" GB free (") && text.contains(" bytes) on "),
+        "{out}"
+    );
+}
+
 #[tokio::test]
 async fn the_python_http_example_answers() {
     if skip_without("python3", "examples/handlers/weather_http.py") {
