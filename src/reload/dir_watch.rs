@@ -76,7 +76,7 @@ pub(crate) fn is_change(kind: &EventKind) -> bool {
 /// other platforms it is an extra entry that never matches. Without the
 /// absolute form, a relative `manifest_dirs` (the README's own
 /// `--config agent.toml.example`) never matched an event (issue 33).
-pub(crate) fn reported_forms(dir: &Path) -> Vec<PathBuf> {
+fn reported_forms(dir: &Path) -> Vec<PathBuf> {
     let mut forms = vec![watched_as(dir)];
     if let Ok(real) = std::fs::canonicalize(dir)
         && !forms.contains(&real)
