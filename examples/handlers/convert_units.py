@@ -17,7 +17,9 @@ UNITS = {"m": ("length", 1.0), "km": ("length", 1000.0), "mi": ("length", 1609.3
          "ft": ("length", 0.3048), "kg": ("mass", 1.0), "lb": ("mass", 0.45359237),
          "c": ("temperature", None), "f": ("temperature", None)}
 
-args = json.load(sys.stdin)["arguments"]
+# The bytes, which JSON says are UTF-8: Windows' Python would decode
+# `sys.stdin` in the ANSI code page (GBK, cp1252...).
+args = json.load(sys.stdin.buffer)["arguments"]
 value, src, dst = args["value"], args["from"], args["to"]
 if UNITS[src][0] != UNITS[dst][0]:
     message = f"cannot convert {UNITS[src][0]} ({src}) to {UNITS[dst][0]} ({dst})"

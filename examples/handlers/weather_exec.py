@@ -18,7 +18,10 @@ import sys
 
 WEATHER = {"tokyo": (22, "sunny"), "osaka": (24, "cloudy"), "sapporo": (9, "snow")}
 
-call = json.load(sys.stdin)
+# The bytes, which JSON says are UTF-8: Windows' Python would decode
+# `sys.stdin` in the ANSI code page (GBK, cp1252...), and a city typed in
+# Chinese would arrive garbled.
+call = json.load(sys.stdin.buffer)
 city = str(call["arguments"].get("city", ""))
 print(f"{os.environ['NEKO_CALL_ID']}: weather for {city!r}", file=sys.stderr)
 if city.lower() in WEATHER:

@@ -6,6 +6,7 @@ tools and sends every call as an MCP tools/call on the same pipe: no
 interpreter start per call. Built with the official Python SDK, 2.x:
 
     python3 -m venv venv && venv/bin/pip install 'mcp>=2,<3'
+    py -3 -m venv venv; venv/Scripts/pip install "mcp>=2,<3"   (Windows PowerShell)
 
 (Debian: apt-get install python3-venv first; the manifest's `command` then
 names venv/bin/python3.) By hand, speak JSON-RPC on stdin, one line each:
@@ -63,7 +64,9 @@ def serve():
 
 
 def exec_once():
-    call = json.load(sys.stdin)
+    # The bytes, which JSON says are UTF-8 (not the ANSI code page that
+    # Windows' Python reads `sys.stdin` in).
+    call = json.load(sys.stdin.buffer)
     try:
         answer = {"output": weather(str(call["arguments"].get("city", ""))), "is_error": False}
     except LookupError as e:

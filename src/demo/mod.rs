@@ -182,16 +182,22 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
     let weather_url = format!("http://{weather_addr}/weather");
     story.chapter(2, "The plugin's tools are described in TOML manifests");
     let mut expected: Vec<(&str, Option<&str>)> = Vec::new();
-    for tool in assets::TOOLS {
+    for tool in assets::tools() {
         let mut manifest = tool.manifest.replace(assets::WEATHER_URL, &weather_url);
-        if let Some(prog) = tool.interpreter {
-            // Python is `py -3` or `python` where python.org's Windows
-            // installer puts it; the manifest names `python3`.
-            let found = if prog == "python3" {
-                crate::os::python()
-            } else {
-                find_in_path(prog).map(|_| vec![prog.to_string()])
-            };
+        // Python is `python3`, or on Windows `py -3` (python.org's
+        // launcher) or `python`: whichever this machine has runs it.
+        let (wanted, written, found) = match tool.interpreter {
+            assets::Interpreter::None => (None, "", None),
+            assets::Interpreter::Python { written } => {
+                (Some("Python"), written, crate::os::python())
+            }
+            assets::Interpreter::Program(prog) => (
+                Some(prog),
+                "",
+                find_in_path(prog).map(|_| vec![prog.to_string()]),
+            ),
+        };
+        if let Some(prog) = wanted {
             let Some(argv) = found else {
                 story.say(&format!(
                     "skipping {}: its handler needs `{prog}`, which is not installed",
@@ -199,11 +205,13 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
                 ));
                 continue;
             };
-            let quoted: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
-            manifest = manifest.replace(
-                &format!("command = [\"{prog}\","),
-                &format!("command = [{},", quoted.join(", ")),
-            );
+            if !written.is_empty() {
+                let quoted: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
+                manifest = manifest.replace(
+                    &format!("command = [{written},"),
+                    &format!("command = [{},", quoted.join(", ")),
+                );
+            }
         }
         assets::write(dir, &format!("tools/{}", tool.manifest_file), &manifest)
             .map_err(setup("cannot write a manifest"))?;
@@ -402,7 +410,7 @@ async fn tell(story: &mut Story, dir: &Path, opts: &DemoOptions) -> Result<(), D
         7,
         "The plugin author adds a `unit` parameter to get_weather's manifest",
     );
-    let weather = assets::TOOLS[0]
+    let weather = assets::tools()[0]
         .manifest
         .replace(assets::WEATHER_URL, &weather_url);
     let edited = format!(

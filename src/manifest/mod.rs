@@ -22,6 +22,9 @@ use serde_json::Value as Json;
 
 use crate::diag::Position;
 
+/// The JSON-with-comments reader of imported server lists, for the fuzz
+/// target `jsonc`.
+pub use import::node::{JsonError, Node as JsonNode, Value as JsonValue, parse_jsonc};
 pub use load::{LoadContext, ManifestFile, find_in_path, load_file, parse_manifest, valid_name};
 
 /// The default JSON Schema when a tool takes no parameters, as main_server

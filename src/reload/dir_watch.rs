@@ -17,6 +17,13 @@
 //! events on those exact files count, since such a directory is another
 //! program's and changes for its own reasons.
 //!
+//! Events are matched against our paths in the form the watcher names
+//! them by ([`reported_forms`]): notify makes a relative watch path
+//! absolute against the working directory, and macOS's FSEvents reports
+//! real paths, symlinks resolved. The paths of the config (manifest
+//! directories, schemas, imported files) stay as the user wrote them, for
+//! every message; only this module needs them in the watcher's form.
+//!
 //! Nothing here runs while nothing happens: notify's inotify thread blocks
 //! until the kernel has an event, and [`Debounce`] is a deadline the
 //! reloader sleeps until, not a timer that ticks. (notify-debouncer-full,
@@ -24,7 +31,7 @@
 //! events, which was most of an idle daemon's CPU time.)
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -62,14 +69,65 @@ pub(crate) fn is_change(kind: &EventKind) -> bool {
     }
 }
 
+/// The forms under which the watcher may name `dir` in its events: the
+/// absolute path we hand it (so the form does not depend on notify joining
+/// the working directory itself), and the canonical one, which macOS's
+/// FSEvents reports (symlinks resolved, `/var` as `/private/var`); on the
+/// other platforms it is an extra entry that never matches. Without the
+/// absolute form, a relative `manifest_dirs` (the README's own
+/// `--config agent.toml.example`) never matched an event (issue 33).
+fn reported_forms(dir: &Path) -> Vec<PathBuf> {
+    let mut forms = vec![watched_as(dir)];
+    if let Ok(real) = std::fs::canonicalize(dir)
+        && !forms.contains(&real)
+    {
+        forms.push(real);
+    }
+    forms
+}
+
+/// The path `dir` is handed to the watcher as: absolute, against the
+/// working directory, which the daemon never changes. It fails only when
+/// the working directory is gone; then notify cannot make it absolute
+/// either, and the watch fails with a warning.
+fn watched_as(dir: &Path) -> PathBuf {
+    std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf())
+}
+
+/// What events are matched against: the manifest directories and the
+/// followed files, each in every form the watcher may report it by.
+#[derive(Debug, Default)]
+struct Targets {
+    roots: Vec<PathBuf>,
+    files: BTreeSet<PathBuf>,
+}
+
+impl Targets {
+    /// Whether an event on `p` can matter: a manifest directory itself, a
+    /// followed file, or an entry of a manifest directory that is not
+    /// editor junk.
+    fn matches(&self, p: &Path) -> bool {
+        self.roots.iter().any(|r| r == p)
+            || self.files.contains(p)
+            || p.parent()
+                .is_some_and(|d| self.roots.iter().any(|r| r == d))
+                && p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_none_or(is_rescan_trigger)
+    }
+}
+
 /// The watches on the manifest directories, and on the folders of the
 /// files the manifests depend on.
 pub(crate) struct DirWatch {
     watcher: notify::RecommendedWatcher,
+    /// The manifest directories as configured (for messages).
     dirs: Vec<PathBuf>,
-    /// The files outside `dirs` to follow; shared with the event handler,
-    /// which counts only events on them in their folders.
-    files: Arc<RwLock<BTreeSet<PathBuf>>>,
+    /// Shared with the event handler, which counts only events on the
+    /// directories' entries and, in the other folders, on the followed
+    /// files; renewed at every `refresh` (a directory that did not exist
+    /// has no canonical form yet).
+    targets: Arc<RwLock<Targets>>,
     /// The identity each directory had when it was watched (`os::file_id`:
     /// device and inode on Unix): another one at the same path is a
     /// re-created directory, whose old watch is dead.
@@ -80,7 +138,7 @@ impl std::fmt::Debug for DirWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DirWatch")
             .field("dirs", &self.dirs)
-            .field("files", &self.files)
+            .field("targets", &self.targets)
             .field("watched", &self.watched)
             .finish_non_exhaustive()
     }
@@ -97,24 +155,15 @@ impl DirWatch {
         files: Vec<PathBuf>,
         dirty: Arc<Notify>,
     ) -> notify::Result<Self> {
-        let roots: Vec<PathBuf> = dirs.to_vec();
-        let followed: Arc<RwLock<BTreeSet<PathBuf>>> = Arc::default();
-        let shared = Arc::clone(&followed);
+        let targets: Arc<RwLock<Targets>> = Arc::default();
+        let shared = Arc::clone(&targets);
         let handler = move |result: notify::Result<notify::Event>| {
             let relevant = match result {
                 // `is_change` leaves out the rescan's own reads.
                 Ok(e) => {
-                    let files = shared.read().unwrap_or_else(|e| e.into_inner());
+                    let targets = shared.read().unwrap_or_else(|e| e.into_inner());
                     e.need_rescan()
-                        || is_change(&e.kind)
-                            && e.paths.iter().any(|p| {
-                                roots.iter().any(|r| r == p)
-                                    || files.contains(p)
-                                    || p.parent().is_some_and(|d| roots.iter().any(|r| r == d))
-                                        && p.file_name()
-                                            .and_then(|n| n.to_str())
-                                            .is_none_or(is_rescan_trigger)
-                            })
+                        || is_change(&e.kind) && e.paths.iter().any(|p| targets.matches(p))
                 }
                 Err(e) => {
                     tracing::warn!("manifest directory watch: {e}; rescanning");
@@ -129,7 +178,7 @@ impl DirWatch {
         let mut watch = Self {
             watcher,
             dirs: dirs.to_vec(),
-            files: followed,
+            targets,
             watched: HashMap::new(),
         };
         watch.refresh(files);
@@ -140,12 +189,18 @@ impl DirWatch {
     /// directory that exists and is not watched yet (or was re-created),
     /// and forgets the ones that are gone or no longer needed.
     pub(crate) fn refresh(&mut self, files: Vec<PathBuf>) {
-        let id_of = |d: &std::path::Path| std::fs::metadata(d).ok().map(|m| crate::os::file_id(&m));
+        let id_of = |d: &Path| std::fs::metadata(d).ok().map(|m| crate::os::file_id(&m));
         let mut wanted: Vec<PathBuf> = self.dirs.clone();
         let mut followed = BTreeSet::new();
         for f in files {
             let (Some(parent), Some(name)) = (f.parent(), f.file_name()) else {
                 continue;
+            };
+            // `s.json` of a manifest in `.` is in the working directory.
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
             };
             // inotify has one watch per directory, however it is spelled
             // (`tools/..`, a symlink), and names its events after the
@@ -157,19 +212,22 @@ impl DirWatch {
                     .find(|w| w.as_path() != parent && id_of(w) == Some(id))
                     .cloned()
             });
-            match same {
-                Some(dir) => {
-                    followed.insert(dir.join(name));
-                }
+            let folder = match same {
+                Some(dir) => dir,
                 None => {
                     if !wanted.iter().any(|w| w == parent) {
                         wanted.push(parent.to_path_buf());
                     }
-                    followed.insert(f);
+                    parent.to_path_buf()
                 }
-            }
+            };
+            followed.extend(reported_forms(&folder).into_iter().map(|d| d.join(name)));
         }
-        *self.files.write().unwrap_or_else(|e| e.into_inner()) = followed;
+        let roots = self.dirs.iter().flat_map(|d| reported_forms(d)).collect();
+        *self.targets.write().unwrap_or_else(|e| e.into_inner()) = Targets {
+            roots,
+            files: followed,
+        };
         let unneeded: Vec<PathBuf> = self
             .watched
             .keys()
@@ -177,7 +235,7 @@ impl DirWatch {
             .cloned()
             .collect();
         for dir in unneeded {
-            let _ = self.watcher.unwatch(&dir);
+            let _ = self.watcher.unwatch(&watched_as(&dir));
             self.watched.remove(&dir);
         }
         for dir in &wanted {
@@ -193,7 +251,7 @@ impl DirWatch {
             if known.is_some() {
                 // The kernel dropped the old watch with the directory;
                 // notify may or may not know yet, so an error is expected.
-                let _ = self.watcher.unwatch(dir);
+                let _ = self.watcher.unwatch(&watched_as(dir));
                 self.watched.remove(dir);
             }
             let Some(id) = id else {
@@ -207,7 +265,10 @@ impl DirWatch {
                 }
                 continue;
             };
-            match self.watcher.watch(dir, RecursiveMode::NonRecursive) {
+            match self
+                .watcher
+                .watch(&watched_as(dir), RecursiveMode::NonRecursive)
+            {
                 Ok(()) => {
                     if known.is_some() {
                         tracing::info!(
@@ -297,6 +358,46 @@ mod tests {
         ] {
             assert!(!is_rescan_trigger(no), "{no}");
         }
+    }
+
+    /// Issue 33: notify names events by absolute paths (it joins the
+    /// working directory to a relative watch path), so relative manifest
+    /// directories and followed files must match in that form.
+    #[test]
+    fn events_named_by_absolute_paths_match_relative_directories_and_files() {
+        let targets = Targets {
+            roots: reported_forms(Path::new("tools")),
+            files: reported_forms(Path::new("elsewhere"))
+                .into_iter()
+                .map(|d| d.join("claude.json"))
+                .collect(),
+        };
+        let tools = std::path::absolute("tools").unwrap();
+        let elsewhere = std::path::absolute("elsewhere").unwrap();
+        assert!(targets.matches(&tools));
+        assert!(targets.matches(&tools.join("x.toml")));
+        assert!(!targets.matches(&tools.join(".x.toml.swp")));
+        assert!(targets.matches(&elsewhere.join("claude.json")));
+        assert!(!targets.matches(&elsewhere.join("other.json")));
+        assert!(!targets.matches(&std::path::absolute("other/x.toml").unwrap()));
+    }
+
+    /// macOS's FSEvents reports real paths: a manifest directory reached
+    /// through a symlink matches by its target too. (Unix: symlinks.)
+    #[cfg(unix)]
+    #[test]
+    fn a_directory_behind_a_symlink_matches_by_its_real_path() {
+        let tmp = tempfile::tempdir().unwrap();
+        let real = tmp.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let targets = Targets {
+            roots: reported_forms(&link),
+            files: BTreeSet::new(),
+        };
+        assert!(targets.matches(&link.join("x.toml")));
+        assert!(targets.matches(&real.canonicalize().unwrap().join("x.toml")));
     }
 
     #[test]

@@ -176,3 +176,33 @@ fn parameters_file_that_is_a_fifo_is_refused_without_reading_it() {
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(errors[0].contains("is not a regular file"), "{}", errors[0]);
 }
+
+/// Found by the `jsonc` fuzz target: a bad escape in a string of an
+/// imported server list was placed where serde_json's column pointed, which
+/// counts bytes from the last line break after reading a whole `\uXXXX`:
+/// in `"\u0,…"` before a character of several bytes, inside that character
+/// (so its column was wrong), and after an escaped line break, on the wrong
+/// line. The place is the backslash of the bad escape.
+#[test]
+fn a_bad_escape_in_an_imported_list_is_placed_at_its_backslash() {
+    use neko_sidecar::manifest::parse_jsonc;
+    for (text, at) in [
+        ("{\"a\": \"\\u0,\u{fffd}\u{fffd}\"}", 7),
+        ("{\"a\": \"x\\\ny\"}", 8),
+        ("[\"é\\ud800é\"]", 4),
+    ] {
+        let e = parse_jsonc(text).unwrap_err();
+        assert!(text.is_char_boundary(e.at), "{text:?}: {}", e.at);
+        assert_eq!(
+            (e.at, &text[e.at..e.at + 1]),
+            (at, "\\"),
+            "{text:?}: {}",
+            e.message
+        );
+        assert!(
+            e.message.starts_with("a bad escape in a string"),
+            "{}",
+            e.message
+        );
+    }
+}

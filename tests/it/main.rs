@@ -32,6 +32,7 @@ mod model_reads;
 mod platform;
 mod prop;
 mod reload;
+mod shipped_examples;
 // Linux by nature: systemd, signals, /proc, sh scripts. The rest runs
 // on Windows too.
 #[cfg(target_os = "linux")]

@@ -7,6 +7,8 @@
 //! The JSON reader is written here rather than taken from serde_json,
 //! which gives no spans for values and refuses the comments VS Code puts in
 //! `.vscode/mcp.json`. It only parses; what the values mean is `entry`'s.
+//! It is public for the fuzz target `jsonc` alone, which holds it to
+//! serde_json's reading of every strict JSON text (fuzz/README.md).
 
 use std::ops::Range;
 
@@ -14,13 +16,13 @@ use toml::de::DeValue;
 
 /// One value and where it is.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Node {
+pub struct Node {
     pub span: Range<usize>,
     pub value: Value,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Value {
+pub enum Value {
     Null,
     Bool(bool),
     Number(f64),
@@ -90,14 +92,14 @@ impl Node {
 
 /// Why a text is not JSON, and at which byte.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct JsonError {
+pub struct JsonError {
     pub at: usize,
     pub message: String,
 }
 
 /// Parses JSON as editors of MCP configs write it: `//` and `/* */`
 /// comments and trailing commas are allowed (JSONC), nothing else is.
-pub(crate) fn parse_jsonc(text: &str) -> Result<Node, JsonError> {
+pub fn parse_jsonc(text: &str) -> Result<Node, JsonError> {
     let mut p = Parser { text, pos: 0 };
     let node = p.value(0)?;
     p.skip_blank()?;
@@ -242,7 +244,7 @@ impl Parser<'_> {
                 Ok(s)
             }
             Err(e) => Err(JsonError {
-                at: start + e.column().saturating_sub(1),
+                at: start + bad_escape_at(lexeme),
                 message: format!("a bad escape in a string ({})", reason(&e)),
             }),
         }
@@ -304,6 +306,61 @@ impl Parser<'_> {
             }
         }
     }
+}
+
+/// Where in a string's text (its quotes included) serde_json found it bad:
+/// the first raw control character, or the backslash of the first escape
+/// JSON does not have, or of a surrogate without its pair. serde_json's own
+/// column cannot say: it counts bytes from the last line break (an escaped
+/// one included) and is taken after a whole `\uXXXX` is read, so it could
+/// fall inside a character (found by the fuzz target `jsonc`). Every place
+/// this returns is an ASCII byte, so a character boundary.
+fn bad_escape_at(lexeme: &str) -> usize {
+    let b = lexeme.as_bytes();
+    // The backslash of a leading surrogate still waiting for its pair.
+    let mut leading: Option<usize> = None;
+    let mut i = 1;
+    while i + 1 < b.len() {
+        match b[i] {
+            c if c < 0x20 => return i,
+            b'\\' if b.get(i + 1) == Some(&b'u') => {
+                let Some(v) = lexeme
+                    .get(i + 2..i + 6)
+                    .filter(|h| h.bytes().all(|c| c.is_ascii_hexdigit()))
+                    .and_then(|h| u16::from_str_radix(h, 16).ok())
+                else {
+                    return i;
+                };
+                match (leading, v) {
+                    (Some(_), 0xDC00..=0xDFFF) => leading = None,
+                    (Some(at), _) => return at,
+                    (None, 0xD800..=0xDBFF) => leading = Some(i),
+                    (None, 0xDC00..=0xDFFF) => return i,
+                    (None, _) => {}
+                }
+                i += 6;
+            }
+            b'\\'
+                if matches!(
+                    b.get(i + 1),
+                    Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't')
+                ) =>
+            {
+                if let Some(at) = leading {
+                    return at;
+                }
+                i += 2;
+            }
+            b'\\' => return i,
+            _ => {
+                if let Some(at) = leading {
+                    return at;
+                }
+                i += 1;
+            }
+        }
+    }
+    leading.unwrap_or(0)
 }
 
 /// serde_json's message without the place it appends.

@@ -58,6 +58,40 @@ async fn the_python_exec_example_answers() {
     exec_example("python3", "weather_exec.py").await;
 }
 
+/// Windows' Python reads piped stdin in the ANSI code page (GBK on a
+/// Chinese Windows, cp1252 on an English one), not UTF-8, so a handler that
+/// read `sys.stdin` as text got a city typed in Chinese or Japanese as
+/// mojibake. `PYTHONIOENCODING=gbk` gives Linux's Python the same stdin;
+/// the examples read the bytes and decode them as JSON's UTF-8.
+#[tokio::test]
+async fn the_python_exec_examples_read_the_call_as_utf8_whatever_the_code_page() {
+    if skip_without(
+        "python3",
+        "examples/handlers/weather_exec.py with a GBK stdin",
+    ) {
+        return;
+    }
+    for (script, flags) in [
+        ("weather_exec.py", &[][..]),
+        ("weather_mcp.py", &["--exec"][..]),
+    ] {
+        let mut command = vec![
+            "python3".to_string(),
+            handlers_dir().join(script).display().to_string(),
+        ];
+        command.extend(flags.iter().map(|f| f.to_string()));
+        let handler = format!(
+            "{{ type = \"exec\", command = {command:?}, env = {{ PYTHONIOENCODING = \"gbk\" }} }}"
+        );
+        let sc = Sidecar::start(&state(&handlers_dir(), &weather_tool(&handler))).await;
+        let (_, body) = sc.call("weather", json!({"city": "東京"})).await;
+        let message = body["output"]["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{script}: {body}"));
+        assert!(message.contains("'東京'"), "{script}: {message}");
+    }
+}
+
 #[tokio::test]
 async fn the_node_exec_example_answers() {
     exec_example("node", "weather_exec.js").await;
@@ -74,6 +108,23 @@ async fn the_sh_exec_example_answers() {
     let sc = Sidecar::start(&state(&handlers_dir(), &toml)).await;
     let out = success(&sc.call("disk_usage", json!({})).await);
     assert!(out.as_str().unwrap().contains(" used of "), "{out}");
+}
+
+// The Windows zip's counterpart of the `sh` script, a batch file run by
+// cmd: Windows only (under Wine here).
+#[cfg(windows)]
+#[tokio::test]
+async fn the_cmd_exec_example_answers() {
+    let dir = crate::support::repo().join("packaging/windows/examples/handlers");
+    // Relative to the manifest's folder, the handler's default cwd.
+    let toml = "[[tool]]\nname = \"disk_usage\"\ndescription = \"Disk usage\"\nhandler = { type = \"exec\", command = [\"cmd\", \"/d\", \"/c\", \"disk_usage.cmd\"] }\n";
+    let sc = Sidecar::start(&state(&dir, toml)).await;
+    let out = success(&sc.call("disk_usage", json!({})).await);
+    let text = out.as_str().unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        text.contains(" GB free (") && text.contains(" bytes) on "),
+        "{out}"
+    );
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@
 mod e2e;
 mod no_role;
 mod recovery;
+mod relative_paths;
 #[cfg(unix)]
 mod reload;
 #[cfg(unix)]
