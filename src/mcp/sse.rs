@@ -438,7 +438,7 @@ mod tests {
             let text = e.to_string();
             assert!(text.contains("http://127.0.0.1:8000)"), "{text}");
             assert!(
-                !text.contains("secret") && !text.contains("messages"),
+                !text.contains("secret") && !text.contains("/messages"),
                 "{text}"
             );
         }
