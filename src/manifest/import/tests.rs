@@ -332,3 +332,35 @@ fn the_path_may_use_environment_variables_and_an_unset_one_is_an_error() {
         "{t:#?}"
     );
 }
+
+#[test]
+fn each_way_of_naming_an_http_transport_maps_to_ours() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("c.json"),
+        r#"{"mcpServers": {
+  "bare": {"url": "http://127.0.0.1:1/mcp"},
+  "vscode": {"type": "http", "url": "http://127.0.0.1:1/mcp"},
+  "claude_sse": {"type": "sse", "url": "http://127.0.0.1:1/sse"},
+  "cline": {"type": "streamableHttp", "url": "http://127.0.0.1:1/mcp"},
+  "roo": {"type": "streamable-http", "url": "http://127.0.0.1:1/mcp"},
+  "langchain": {"transport": "streamable_http", "url": "http://127.0.0.1:1/mcp"}
+}}"#,
+    )
+    .unwrap();
+    let f = load(tmp.path(), "[[mcp_import]]\npath = \"c.json\"\n");
+    assert!(!f.has_errors(), "{:#?}", texts(&f));
+    let kind = |name: &str| match &server(&f, name).transport {
+        McpTransport::Http { kind, .. } => *kind,
+        other => panic!("{other}"),
+    };
+    // No type, or VS Code's "http": Streamable HTTP, then SSE on a 4xx,
+    // as VS Code does; a name that says Streamable HTTP: that alone.
+    assert_eq!(kind("bare"), HttpKind::Detect);
+    assert_eq!(kind("vscode"), HttpKind::Detect);
+    assert_eq!(kind("claude_sse"), HttpKind::Sse);
+    for name in ["cline", "roo", "langchain"] {
+        assert_eq!(kind(name), HttpKind::StreamableHttp, "{name}");
+    }
+    assert!(f.unbridged.is_empty(), "{:#?}", f.unbridged);
+}
