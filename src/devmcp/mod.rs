@@ -41,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 pub use calls::RPC_ERROR_MESSAGE;
 pub use handler::{DevMcp, Stats};
 pub(crate) use run::run_cli;
-pub use sse::{MESSAGES_PATH, SSE_PATH, SseEndpoint};
+pub use sse::{SSE_PATH, SseEndpoint};
 pub use tools::{BAD_SCHEMA_TOOL, EXTRA_TOOL, LONG_TOOL_NAME, TOOLS};
 
 /// The path Streamable HTTP is served at.
@@ -118,7 +118,8 @@ pub async fn serve_http(
 
 /// Serves the legacy HTTP+SSE transport at [`SSE_PATH`] on `listener`
 /// until `shutdown` is cancelled; the listener is closed when this returns.
-pub async fn serve_sse(
+/// (Tests use [`DevMcp::serve_sse`], which keeps the server's handle.)
+pub(crate) async fn serve_sse(
     listener: TcpListener,
     opts: DevMcpOptions,
     shutdown: CancellationToken,

@@ -36,7 +36,7 @@ use super::{DevMcp, DevMcpError, HTTP_DRAIN};
 /// Where the event stream is served.
 pub const SSE_PATH: &str = "/sse";
 /// Where a session's messages are POSTed (`?session_id=ID`).
-pub const MESSAGES_PATH: &str = "/messages";
+const MESSAGES_PATH: &str = "/messages";
 
 /// Messages queued for one session, each way, before the sender waits.
 const QUEUE: usize = 64;

@@ -307,7 +307,7 @@ impl Shared {
 /// The URL an `endpoint` event's `data` names, resolved against the event
 /// stream's URL `stream` as the standard resolves a reference (a path, or
 /// a whole URL); only one of `stream`'s origin is taken.
-pub(crate) fn endpoint_of(stream: &Url, data: &str) -> Result<Url, SseError> {
+fn endpoint_of(stream: &Url, data: &str) -> Result<Url, SseError> {
     let data = data.trim();
     if data.is_empty() {
         return Err(SseError::BadEndpoint("its data is empty".into()));
