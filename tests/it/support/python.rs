@@ -6,9 +6,12 @@
 //! The interpreter is, in this order: `NEKO_TEST_MCP_PYTHON` (then it must
 //! have the SDK); the venv that `.ci/run` and `bench/mcp.sh` keep,
 //! `${XDG_CACHE_HOME:-~/.cache}/neko-sidecar/bench-mcp-venv/bin/python3`;
-//! `python3` on PATH. Without the SDK in any of them the test fails, saying
-//! how to install it: a test that passes without running its server would
-//! hide a broken SSE transport.
+//! `python3` on PATH. When none has it, the test makes that venv and
+//! installs the SDK from PyPI itself, as `bench/mcp.sh` does, so
+//! `cargo test --all-targets` stays green on a fresh machine; when that
+//! fails too (no python3-venv, no network), the test fails, saying how to
+//! install it: a test that passes without running its server would hide a
+//! broken SSE transport.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -48,8 +51,12 @@ fn find() -> Result<PathBuf, String> {
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")));
-    let venv = cache.map(|c| c.join("neko-sidecar/bench-mcp-venv/bin/python3"));
-    let candidates = venv.into_iter().chain([PathBuf::from("python3")]);
+    let venv = cache.map(|c| c.join("neko-sidecar/bench-mcp-venv"));
+    let venv_python = venv.as_ref().map(|v| v.join("bin/python3"));
+    let candidates = venv_python
+        .iter()
+        .cloned()
+        .chain([PathBuf::from("python3")]);
     let mut tried = Vec::new();
     for python in candidates {
         if has_sdk(&python) {
@@ -57,12 +64,68 @@ fn find() -> Result<PathBuf, String> {
         }
         tried.push(python.display().to_string());
     }
-    Err(format!(
-        "this test runs a real Python MCP server and needs the official SDK (`{MCP_SDK}`), found in none of {}: run .ci/run once, which installs it, or \
-         `python3 -m venv ~/.cache/neko-sidecar/bench-mcp-venv && ~/.cache/neko-sidecar/bench-mcp-venv/bin/pip install '{MCP_SDK}'`, \
-         or set NEKO_TEST_MCP_PYTHON to a python3 that has it",
-        tried.join(", ")
-    ))
+    let installed = match (&venv, &venv_python) {
+        (Some(venv), Some(python)) => install_sdk(venv, python).map(|()| python.clone()),
+        _ => Err("neither XDG_CACHE_HOME nor HOME is set".to_string()),
+    };
+    installed.map_err(|why| {
+        format!(
+            "this test runs a real Python MCP server and needs the official SDK (`{MCP_SDK}`), found in none of {}, and installing it failed ({why}): run .ci/run once, which installs it, or \
+             `python3 -m venv ~/.cache/neko-sidecar/bench-mcp-venv && ~/.cache/neko-sidecar/bench-mcp-venv/bin/pip install '{MCP_SDK}'`, \
+             or set NEKO_TEST_MCP_PYTHON to a python3 that has it",
+            tried.join(", ")
+        )
+    })
+}
+
+/// Makes the venv (if missing) and installs the SDK into it from PyPI.
+fn install_sdk(venv: &std::path::Path, python: &std::path::Path) -> Result<(), String> {
+    let run = |program: &std::path::Path, args: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("{}: {e}", program.display()))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} {:?} exited with {}: {}",
+                program.display(),
+                args,
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    };
+    if !python.exists() {
+        if let Some(parent) = venv.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        }
+        run(
+            std::path::Path::new("python3"),
+            &["-m".as_ref(), "venv".as_ref(), venv.as_os_str()],
+        )?;
+    }
+    run(
+        python,
+        &[
+            "-m".as_ref(),
+            "pip".as_ref(),
+            "install".as_ref(),
+            "--quiet".as_ref(),
+            "--disable-pip-version-check".as_ref(),
+            MCP_SDK.as_ref(),
+        ],
+    )?;
+    if has_sdk(python) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} still has no SDK after pip install",
+            python.display()
+        ))
+    }
 }
 
 fn has_sdk(python: &std::path::Path) -> bool {
