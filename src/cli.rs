@@ -138,6 +138,11 @@ pub struct DevMcpArgs {
     /// that URL on stdout once bound (port 0 picks a free port).
     #[arg(long, value_name = "ADDR")]
     pub http: Option<SocketAddr>,
+    /// Serve the legacy HTTP+SSE transport (MCP 2024-11-05) at
+    /// http://ADDR/sse instead of stdio, and print that URL on stdout once
+    /// bound (port 0 picks a free port).
+    #[arg(long, value_name = "ADDR", conflicts_with = "http")]
+    pub sse: Option<SocketAddr>,
     /// List tools in pages of at most N, with a cursor to the next page.
     #[arg(long, value_name = "N")]
     pub page_size: Option<NonZeroUsize>,

@@ -64,6 +64,8 @@ struct Shared {
     /// of sleeping.
     stats: watch::Sender<Stats>,
     listeners: Mutex<Listeners>,
+    /// Bumped by `cut_streams`: every HTTP+SSE event stream open then ends.
+    streams_cut: watch::Sender<u64>,
 }
 
 /// Who hears `notifications/tools/list_changed` besides the caller of
@@ -88,6 +90,7 @@ impl DevMcp {
                 extra: Mutex::new(false),
                 stats: watch::Sender::new(Stats::default()),
                 listeners: Mutex::new(Listeners::default()),
+                streams_cut: watch::Sender::new(0),
             }),
         }
     }
@@ -99,6 +102,17 @@ impl DevMcp {
     /// The counters, updated as they change (`wait_for` them with a timeout).
     pub fn stats(&self) -> watch::Receiver<Stats> {
         self.shared.stats.subscribe()
+    }
+
+    /// Ends every HTTP+SSE event stream open now, the server staying up,
+    /// as a connection dropped on the way does (`serve_sse`; for tests).
+    pub fn cut_streams(&self) {
+        self.shared.streams_cut.send_modify(|n| *n += 1);
+    }
+
+    /// Told when `cut_streams` is called.
+    pub(super) fn streams_cut(&self) -> watch::Receiver<u64> {
+        self.shared.streams_cut.subscribe()
     }
 
     fn count(&self, change: impl FnOnce(&mut Stats)) {

@@ -9,16 +9,19 @@
 //! (`first_answer_delay`).
 //!
 //! It is built on rmcp's server side: rmcp frames JSON-RPC and runs the
-//! lifecycle on stdio (`serve_stdio`, `DevMcp::serve_io`) or Streamable
-//! HTTP (`serve_http`); this module never frames a message itself.
+//! lifecycle on stdio (`serve_stdio`, `DevMcp::serve_io`), Streamable
+//! HTTP (`serve_http`) or, over channels of ours whose events `sse-stream`
+//! writes, the legacy HTTP+SSE transport (`serve_sse`, in `sse`); this
+//! module never frames a message itself.
 //!
 //! Map: the catalogue and paging in `tools` (pure), the stateless tools in
 //! `calls`, the `ServerHandler` and the shared state in `handler`, the
-//! subcommand in `run`.
+//! HTTP+SSE transport in `sse`, the subcommand in `run`.
 
 mod calls;
 mod handler;
 mod run;
+mod sse;
 #[cfg(test)]
 mod tests;
 mod tools;
@@ -38,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 pub use calls::RPC_ERROR_MESSAGE;
 pub use handler::{DevMcp, Stats};
 pub(crate) use run::run_cli;
+pub use sse::{SSE_PATH, SseEndpoint};
 pub use tools::{BAD_SCHEMA_TOOL, EXTRA_TOOL, LONG_TOOL_NAME, TOOLS};
 
 /// The path Streamable HTTP is served at.
@@ -110,6 +114,19 @@ pub async fn serve_http(
     shutdown: CancellationToken,
 ) -> Result<(), DevMcpError> {
     DevMcp::new(opts).serve_http(listener, shutdown).await
+}
+
+/// Serves the legacy HTTP+SSE transport at [`SSE_PATH`] on `listener`
+/// until `shutdown` is cancelled; the listener is closed when this returns.
+/// (Tests use [`DevMcp::serve_sse`], which keeps the server's handle.)
+pub(crate) async fn serve_sse(
+    listener: TcpListener,
+    opts: DevMcpOptions,
+    shutdown: CancellationToken,
+) -> Result<(), DevMcpError> {
+    DevMcp::new(opts)
+        .serve_sse(listener, SseEndpoint::Relative, shutdown)
+        .await
 }
 
 impl DevMcp {

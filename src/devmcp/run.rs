@@ -1,19 +1,20 @@
 //! `neko-sidecar dev-mcp`: the stand-in MCP server as a process, on stdio
-//! (what the sidecar spawns) or on Streamable HTTP (`--http ADDR`), until
-//! a stop request (SIGTERM or SIGINT; Ctrl+C on Windows).
+//! (what the sidecar spawns), on Streamable HTTP (`--http ADDR`) or on the
+//! legacy HTTP+SSE transport (`--sse ADDR`), until a stop request (SIGTERM
+//! or SIGINT; Ctrl+C on Windows).
 //!
 //! It says when it is ready: `dev-mcp: ready (pid N)` on stderr (with
 //! `--first-answer-delay-ms`, when its first answer will come), which the
-//! sidecar forwards to its log, and with `--http` the URL alone on stdout,
-//! so that a test can bind port 0 and read where it landed. Stdout carries
-//! nothing else: on stdio it is the protocol.
+//! sidecar forwards to its log, and with `--http` or `--sse` the URL alone
+//! on stdout, so that a test can bind port 0 and read where it landed.
+//! Stdout carries nothing else: on stdio it is the protocol.
 
 use std::io::Write as _;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::{DevMcpError, DevMcpOptions, HTTP_PATH, serve_http, serve_stdio};
+use super::{DevMcpError, DevMcpOptions, HTTP_PATH, SSE_PATH, serve_http, serve_sse, serve_stdio};
 use crate::cli::DevMcpArgs;
 
 pub(crate) async fn run_cli(args: DevMcpArgs) -> Result<(), DevMcpError> {
@@ -28,27 +29,37 @@ pub(crate) async fn run_cli(args: DevMcpArgs) -> Result<(), DevMcpError> {
     };
     let shutdown = CancellationToken::new();
     let signals = cancel_on_signals(shutdown.clone())?;
-    let served = match args.http {
-        None => {
+    let served = match (args.http, args.sse) {
+        (None, None) => {
             ready(&opts);
             serve_stdio(opts, shutdown).await
         }
-        Some(addr) => {
-            let listener = TcpListener::bind(addr)
-                .await
-                .map_err(|source| DevMcpError::Bind { addr, source })?;
-            let local = listener.local_addr().map_err(DevMcpError::LocalAddr)?;
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "http://{local}{HTTP_PATH}")
-                .and_then(|()| out.flush())
-                .map_err(DevMcpError::Stdout)?;
-            drop(out);
+        (Some(addr), _) => {
+            let listener = bind(addr, HTTP_PATH).await?;
             ready(&opts);
             serve_http(listener, opts, shutdown).await
+        }
+        (None, Some(addr)) => {
+            let listener = bind(addr, SSE_PATH).await?;
+            ready(&opts);
+            serve_sse(listener, opts, shutdown).await
         }
     };
     signals.abort();
     served
+}
+
+/// Binds `addr` and prints the URL of `path` there on stdout.
+async fn bind(addr: std::net::SocketAddr, path: &str) -> Result<TcpListener, DevMcpError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| DevMcpError::Bind { addr, source })?;
+    let local = listener.local_addr().map_err(DevMcpError::LocalAddr)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "http://{local}{path}")
+        .and_then(|()| out.flush())
+        .map_err(DevMcpError::Stdout)?;
+    Ok(listener)
 }
 
 fn ready(opts: &DevMcpOptions) {

@@ -17,7 +17,8 @@ use super::load::{
     read_timeout,
 };
 use super::{
-    DEFAULT_STARTUP_TIMEOUT_SECONDS, MAX_STARTUP_TIMEOUT_SECONDS, McpServerSpec, McpTransport,
+    DEFAULT_STARTUP_TIMEOUT_SECONDS, HttpKind, MAX_STARTUP_TIMEOUT_SECONDS, McpServerSpec,
+    McpTransport,
 };
 use crate::config::runtime_path;
 use crate::contract::url_host_is_loopback;
@@ -28,6 +29,7 @@ const KEYS: &[&str] = &[
     "name",
     "command",
     "url",
+    "transport",
     "headers",
     "env",
     "cwd",
@@ -156,7 +158,52 @@ pub(super) fn read_filters(
     (include, exclude)
 }
 
-/// `command` (with `cwd` and `env`) or `url` (with `headers`): exactly one.
+/// The values of `transport`, as N.E.K.O's `mcp_adapter` spells them.
+const TRANSPORTS: &str = "\"stdio\" (with `command`), \"streamable-http\" or \"sse\" (with `url`)";
+
+/// `transport`, when given: `Ok(None)` when absent, `Err` after an error.
+/// "stdio" is `None` too: `command` says it already.
+fn read_kind(r: &mut TableReader<'_, '_>, has_url: bool) -> Result<Option<HttpKind>, ()> {
+    let Some((t, sp)) = r.string("transport") else {
+        return if r.get("transport").is_some() {
+            Err(())
+        } else {
+            Ok(None)
+        };
+    };
+    let kind = match t.as_str() {
+        "stdio" => None,
+        "streamable-http" => Some(HttpKind::StreamableHttp),
+        "sse" => Some(HttpKind::Sse),
+        _ => {
+            let msg = format!(
+                "`transport` \"{t}\" of {} is unknown: allowed values are {TRANSPORTS}; without it, a `url` is tried as Streamable HTTP, then as the legacy HTTP+SSE transport",
+                r.what
+            );
+            r.error(&sp, msg);
+            return Err(());
+        }
+    };
+    if kind.is_some() != has_url {
+        let msg = if has_url {
+            format!(
+                "`transport` \"stdio\" of {} needs `command`, not `url`: a server the sidecar reaches at a URL uses \"streamable-http\" or \"sse\"",
+                r.what
+            )
+        } else {
+            format!(
+                "`transport` \"{t}\" of {} needs `url`, not `command`: a server the sidecar starts speaks stdio",
+                r.what
+            )
+        };
+        r.error(&sp, msg);
+        return Err(());
+    }
+    Ok(kind)
+}
+
+/// `command` (with `cwd` and `env`) or `url` (with `headers`): exactly one;
+/// and `transport`, which must agree.
 fn read_transport(
     r: &mut TableReader<'_, '_>,
     base: &Path,
@@ -164,6 +211,11 @@ fn read_transport(
 ) -> Option<McpTransport> {
     let command = r.get("command");
     let url = r.get("url");
+    let kind = if command.is_some() != url.is_some() {
+        read_kind(r, url.is_some())
+    } else {
+        Ok(None)
+    };
     match (command, url) {
         (None, None) => {
             r.missing(
@@ -192,6 +244,7 @@ fn read_transport(
             let env = expanded_map(r, "env");
             let path_var = env.as_ref().and_then(|e| e.get("PATH")).cloned();
             let command = read_command(r, cwd.as_deref(), path_var.as_deref());
+            kind.ok()?;
             Some(McpTransport::Stdio {
                 command: command?,
                 cwd: runtime_path(&cwd?),
@@ -241,6 +294,7 @@ fn read_transport(
             Some(McpTransport::Http {
                 url,
                 headers: headers?,
+                kind: kind.ok()?.unwrap_or(HttpKind::Detect),
             })
         }
     }

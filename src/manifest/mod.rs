@@ -196,9 +196,9 @@ impl std::fmt::Debug for McpServerSpec {
     }
 }
 
-/// A server of an imported file that the sidecar cannot reach (the legacy
-/// HTTP+SSE transport, https, a remote host): never started, reported by
-/// `check` and `status` with its reason.
+/// A server of an imported file that the sidecar cannot reach (https, a
+/// remote host): never started, reported by `check` and `status` with its
+/// reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnbridgedServer {
     pub name: String,
@@ -221,11 +221,38 @@ pub enum McpTransport {
         /// Added to the sidecar's environment, `${VAR}`s expanded.
         env: BTreeMap<String, String>,
     },
-    /// Streamable HTTP at `url`, with these headers (`${VAR}`s expanded).
+    /// A server already running at `url`, reached over HTTP with these
+    /// headers (`${VAR}`s expanded), by the transport `kind` says.
     Http {
         url: String,
         headers: BTreeMap<String, String>,
+        kind: HttpKind,
     },
+}
+
+/// Which of MCP's two HTTP transports a `url` server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpKind {
+    /// Not said: what the MCP specification asks of clients for backwards
+    /// compatibility (2025-03-26 and later, "Transports", "Backwards
+    /// Compatibility"): Streamable HTTP first, and when the POST of the
+    /// handshake gets an HTTP 4xx, the HTTP+SSE transport by a GET.
+    Detect,
+    /// Streamable HTTP (MCP 2025-03-26 and later) only.
+    StreamableHttp,
+    /// The legacy HTTP+SSE transport (MCP 2024-11-05) only: a GET opens an
+    /// event stream whose `endpoint` event says where to POST.
+    Sse,
+}
+
+impl HttpKind {
+    /// The word operators see before the URL ("sse URL", "http URL").
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Sse => "sse",
+            Self::Detect | Self::StreamableHttp => "http",
+        }
+    }
 }
 
 impl std::fmt::Display for McpTransport {
@@ -234,7 +261,7 @@ impl std::fmt::Display for McpTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             McpTransport::Stdio { command, .. } => write!(f, "stdio {}", command.join(" ")),
-            McpTransport::Http { url, .. } => write!(f, "http {url}"),
+            McpTransport::Http { url, kind, .. } => write!(f, "{} {url}", kind.label()),
         }
     }
 }

@@ -24,6 +24,19 @@
 //! first if that works; if `initialize` gets no answer either, the next
 //! start begins with `server/discover` again.
 //!
+//! Over Streamable HTTP, a POST of the handshake answered with an HTTP 4xx
+//! status ends the handshake at once ([`Handshake::HttpClientError`]): for
+//! a URL whose transport was not given, that is the MCP specification's
+//! sign to try the legacy HTTP+SSE transport instead (2025-03-26 and later,
+//! "Transports", "Backwards Compatibility": "Attempt to POST an
+//! InitializeRequest to the server URL [...] If it fails with an HTTP 4xx
+//! status code (e.g., 405 Method Not Allowed or 404 Not Found): Issue a GET
+//! request to the server URL, expecting that this will open an SSE
+//! stream"). A 4xx to `server/discover` does not end it: rmcp reads one as
+//! a server of 2025-11-25 and earlier (the Python SDK answers 400 to a
+//! request outside a session), so `initialize` is POSTed next, and a 4xx to
+//! that one is the spec's sign.
+//!
 //! Nothing here starts a process or knows a URL: the caller opens and
 //! closes connections.
 
@@ -31,7 +44,8 @@ use std::time::Duration;
 
 use rmcp::model::{ErrorCode, ProtocolVersion};
 use rmcp::service::{ClientInitializeError, ClientLifecycleMode, ClientServiceExt, RunningService};
-use rmcp::transport::IntoTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpError;
+use rmcp::transport::{DynamicTransportError, IntoTransport};
 use rmcp::{ClientHandler, RoleClient};
 use tokio_util::sync::CancellationToken;
 
@@ -69,6 +83,9 @@ pub(crate) enum Outcome {
     NoAnswer,
     /// The transport failed (the message could not be sent, HTTP refused).
     Broken,
+    /// A POST of the handshake was answered with an HTTP 4xx status
+    /// (Streamable HTTP only).
+    HttpClientError,
 }
 
 impl Generation {
@@ -134,8 +151,36 @@ fn classify(tried: Try, error: &ClientInitializeError) -> Outcome {
             Outcome::OlderAnswer
         }
         ClientInitializeError::ConnectionClosed(_) => Outcome::NoAnswer,
+        ClientInitializeError::TransportError { error, .. } if http_client_error(error) => {
+            Outcome::HttpClientError
+        }
         ClientInitializeError::TransportError { .. } => Outcome::Broken,
         _ => Outcome::Refused,
+    }
+}
+
+/// Whether a transport error is a Streamable HTTP POST answered with an
+/// HTTP 4xx status. rmcp keeps such a status only in the text of
+/// `UnexpectedServerResponse` ("HTTP 405 Method Not Allowed: …") for one
+/// without a JSON-RPC error in its body (with one, it is an answer), as
+/// `AuthRequired`/`InsufficientScope` for a 401/403 with a challenge, and
+/// as `HttpStatus` for a 429. Pinned by the tests of the SSE fallback
+/// against rmcp itself.
+fn http_client_error(error: &DynamicTransportError) -> bool {
+    match error
+        .error
+        .downcast_ref::<StreamableHttpError<reqwest::Error>>()
+    {
+        Some(StreamableHttpError::UnexpectedServerResponse(text)) => text
+            .strip_prefix("HTTP ")
+            .and_then(|t| t.get(..3))
+            .and_then(|code| code.parse::<u16>().ok())
+            .is_some_and(|code| (400..500).contains(&code)),
+        Some(StreamableHttpError::HttpStatus(s)) => (400..500).contains(&s.status),
+        Some(StreamableHttpError::AuthRequired(_) | StreamableHttpError::InsufficientScope(_)) => {
+            true
+        }
+        _ => false,
     }
 }
 
@@ -148,6 +193,9 @@ pub(crate) enum Handshake<H: ClientHandler, C> {
     },
     /// Why not, in words; the connections opened were closed.
     Failed(String),
+    /// A POST was answered with an HTTP 4xx status (see the module's
+    /// comment), in words; the connections opened were closed.
+    HttpClientError(String),
     /// `stop` came first; the connection in hand was closed.
     Stopped,
 }
@@ -207,6 +255,9 @@ where
         *known = known.after(tried, outcome);
         let how = close(conn).await;
         let why = format!("{why}{how}");
+        if outcome == Outcome::HttpClientError {
+            return Handshake::HttpClientError(with_earlier(earlier, why));
+        }
         if tried == Try::Discover && known.first_try() == Try::Initialize {
             // At once, on a fresh connection (see the module's comment),
             // within this start, so that `check --probe` sees what `run`

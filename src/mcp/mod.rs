@@ -1,6 +1,7 @@
 //! MCP servers as tools: every `[[mcp_server]]` of the manifests kept
-//! connected (`session`), its tools made ours (`tools`), its answers made
-//! envelopes (`answer`).
+//! connected (`session`, over stdio, Streamable HTTP or the legacy
+//! HTTP+SSE transport of `sse`), its tools made ours (`tools`), its answers
+//! made envelopes (`answer`).
 //!
 //! The hub sits between the manifest reloader and the rest of the daemon:
 //! it reads the manifests' desired state (tools and MCP servers), keeps one
@@ -16,6 +17,7 @@ pub(crate) mod answer;
 mod handshake;
 mod process;
 mod session;
+mod sse;
 pub(crate) mod tools;
 
 use std::collections::BTreeMap;

@@ -26,9 +26,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::handshake::{Generation, Handshake, handshake};
 use super::process::{self, ServerProcess};
+use super::sse::SseTransport;
 use super::tools::{Listed, Rejected};
 use crate::backoff::{BackoffPolicy, Jitter, Retry};
-use crate::manifest::{McpServerSpec, McpTransport};
+use crate::manifest::{HttpKind, McpServerSpec, McpTransport};
 
 /// After this long up, a server that dies is restarted after the initial
 /// backoff again, not after the last delay.
@@ -65,7 +66,9 @@ pub enum Phase {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ServerStatus {
     pub name: String,
-    /// "stdio COMMAND" or "http URL"; never env or header values.
+    /// "stdio COMMAND", "http URL", or "sse URL" (also once a `url`
+    /// whose transport was not given turned out to serve HTTP+SSE); never
+    /// env or header values.
     pub transport: String,
     pub phase: Phase,
     /// Failed starts in a row (0 when ready).
@@ -148,6 +151,10 @@ pub(crate) struct Session {
     /// The protocol generation the server spoke, for its restarts; a
     /// changed table makes a new session, which probes afresh.
     generation: Mutex<Generation>,
+    /// A `url` whose transport was not given turned out to serve the
+    /// legacy HTTP+SSE transport: its restarts go there at once, until a
+    /// start there fails.
+    sse_found: Mutex<bool>,
 }
 
 impl Session {
@@ -182,6 +189,7 @@ impl Session {
             stop: CancellationToken::new(),
             stop_by: Mutex::new(None),
             generation: Mutex::new(Generation::Unknown),
+            sse_found: Mutex::new(false),
         })
     }
 
@@ -363,32 +371,21 @@ impl Session {
                     *lock(&self.generation) = known;
                     match ended {
                         Handshake::Ready { running, conn } => (running, Some(conn)),
-                        Handshake::Failed(e) => return Err(format!("the handshake failed: {e}")),
+                        Handshake::Failed(e) | Handshake::HttpClientError(e) => {
+                            return Err(format!("the handshake failed: {e}"));
+                        }
                         Handshake::Stopped => return Ok(()),
                     }
                 }
-                McpTransport::Http { url, headers } => {
-                    // Each try on a session of its own: nothing abandoned
-                    // on one can answer on the next.
-                    let open = || std::future::ready(http_transport(url, headers).map(|t| (t, ())));
-                    let close = |()| std::future::ready(String::new());
-                    let ended = handshake(
-                        &self.spec.name,
-                        &mut known,
-                        budget,
-                        &self.stop,
-                        handler,
-                        open,
-                        close,
-                    )
-                    .await;
+                McpTransport::Http { url, headers, kind } => {
+                    let ended = self
+                        .connect_http(url, headers, *kind, &mut known, budget, &handler)
+                        .await;
                     *lock(&self.generation) = known;
                     match ended {
-                        Handshake::Ready { running, .. } => (running, None),
-                        Handshake::Failed(e) => {
-                            return Err(format!("cannot connect to {url}: {e}"));
-                        }
-                        Handshake::Stopped => return Ok(()),
+                        Ok(Some(running)) => (running, None),
+                        Ok(None) => return Ok(()),
+                        Err(e) => return Err(e),
                     }
                 }
             };
@@ -498,6 +495,129 @@ impl Session {
         cancel.cancel();
         self.finish(process.take(), &mut ended).await;
         Err(why)
+    }
+
+    /// Connects to a `url` server by the transport `kind` says. With
+    /// `Detect`, Streamable HTTP first and, when a POST of its handshake is
+    /// answered with an HTTP 4xx, the legacy HTTP+SSE transport by a GET,
+    /// as the MCP specification asks of clients (see `handshake`); what was
+    /// found is kept for the restarts. `Ok(None)`: stopped.
+    async fn connect_http(
+        &self,
+        url: &str,
+        headers: &std::collections::BTreeMap<String, String>,
+        kind: HttpKind,
+        known: &mut Generation,
+        budget: Duration,
+        handler: &impl Fn() -> Listener,
+    ) -> Result<Option<RunningService<RoleClient, Listener>>, String> {
+        let client = http_client()?;
+        let headers = header_map(headers)?;
+        let sse_first = match kind {
+            HttpKind::Sse => true,
+            HttpKind::StreamableHttp => false,
+            HttpKind::Detect => *lock(&self.sse_found),
+        };
+        let mut streamable_failed = None;
+        if !sse_first {
+            // Each try on a session of its own: nothing abandoned on one
+            // can answer on the next.
+            let open =
+                || std::future::ready(Ok((http_transport(client.clone(), url, &headers), ())));
+            let close = |()| std::future::ready(String::new());
+            match handshake(
+                &self.spec.name,
+                known,
+                budget,
+                &self.stop,
+                handler,
+                open,
+                close,
+            )
+            .await
+            {
+                Handshake::Ready { running, .. } => {
+                    self.show_transport(HttpKind::StreamableHttp);
+                    return Ok(Some(running));
+                }
+                Handshake::Stopped => return Ok(None),
+                Handshake::HttpClientError(e) if kind == HttpKind::Detect => {
+                    tracing::info!(
+                        mcp_server = %self.spec.name,
+                        "the URL answered the POST of the handshake with an HTTP 4xx ({e}): trying the legacy HTTP+SSE transport (MCP 2024-11-05) with a GET"
+                    );
+                    streamable_failed = Some(e);
+                }
+                Handshake::HttpClientError(e) => {
+                    return Err(format!(
+                        "cannot connect to {url}: {e} (a server of the legacy HTTP+SSE transport answers so: then say transport = \"sse\", or leave `transport` out to have it tried)"
+                    ));
+                }
+                Handshake::Failed(e) => return Err(format!("cannot connect to {url}: {e}")),
+            }
+        }
+        // The HTTP+SSE transport is of the 2024-11-05 generation: its
+        // servers are greeted with `initialize`, never `server/discover`.
+        let mut older = Generation::Older;
+        // Well within the budget, so that a stream that never names its
+        // endpoint is reported as that, not as a handshake out of time.
+        let endpoint_wait = ANSWER_TIMEOUT.min(budget / 2);
+        let open = || {
+            std::future::ready(
+                SseTransport::new(
+                    &self.spec.name,
+                    client.clone(),
+                    url,
+                    headers.clone(),
+                    endpoint_wait,
+                )
+                .map(|t| (t, ())),
+            )
+        };
+        let close = |()| std::future::ready(String::new());
+        match handshake(
+            &self.spec.name,
+            &mut older,
+            budget,
+            &self.stop,
+            handler,
+            open,
+            close,
+        )
+        .await
+        {
+            Handshake::Ready { running, .. } => {
+                if kind == HttpKind::Detect && !sse_first {
+                    tracing::info!(
+                        mcp_server = %self.spec.name,
+                        "the server speaks the legacy HTTP+SSE transport; its restarts use it at once"
+                    );
+                }
+                *lock(&self.sse_found) = kind == HttpKind::Detect;
+                self.show_transport(HttpKind::Sse);
+                Ok(Some(running))
+            }
+            Handshake::Stopped => Ok(None),
+            Handshake::Failed(e) | Handshake::HttpClientError(e) => {
+                *lock(&self.sse_found) = false;
+                Err(match streamable_failed {
+                    Some(first) => format!(
+                        "cannot connect to {url}: over Streamable HTTP, {first}; then over the HTTP+SSE transport, {e}"
+                    ),
+                    None => format!("cannot connect to {url} over the HTTP+SSE transport: {e}"),
+                })
+            }
+        }
+    }
+
+    /// Shows the transport a `url` server was reached by in its status
+    /// ("sse URL", "http URL"), the URL as it was shown.
+    fn show_transport(&self, kind: HttpKind) {
+        self.update(|s| {
+            if let Some((_, rest)) = s.transport.split_once(' ') {
+                s.transport = format!("{} {rest}", kind.label());
+            }
+        });
     }
 
     /// Closes the session (stdin closes with it) and stops the process:
@@ -614,12 +734,23 @@ impl Drop for InFlight<'_> {
     }
 }
 
-fn http_transport(
-    url: &str,
+/// The HTTP client of a `url` server, for either transport. Loopback
+/// only, no proxies, no TLS: as the http handler's client.
+fn http_client() -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .no_proxy()
+        // A redirect could lead off loopback, past the manifest's check.
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
+/// A `url` server's `headers` as HTTP headers (their values never in the
+/// error).
+fn header_map(
     headers: &std::collections::BTreeMap<String, String>,
-) -> Result<rmcp::transport::StreamableHttpClientTransport<reqwest::Client>, String> {
-    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-    let mut map = std::collections::HashMap::new();
+) -> Result<http::HeaderMap, String> {
+    let mut map = http::HeaderMap::new();
     for (k, v) in headers {
         let name = http::HeaderName::try_from(k.as_str())
             .map_err(|e| format!("header `{k}` is not a header name: {e}"))?;
@@ -627,19 +758,23 @@ fn http_transport(
             .map_err(|e| format!("the value of header `{k}` is not allowed: {e}"))?;
         map.insert(name, value);
     }
-    // Loopback only, no proxies, no TLS: as the http handler's client.
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        // A redirect could lead off loopback, past the manifest's check.
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    Ok(map)
+}
+
+fn http_transport(
+    client: reqwest::Client,
+    url: &str,
+    headers: &http::HeaderMap,
+) -> rmcp::transport::StreamableHttpClientTransport<reqwest::Client> {
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let headers = headers
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     let config = StreamableHttpClientTransportConfig::with_uri(url)
-        .custom_headers(map)
+        .custom_headers(headers)
         .max_concurrent_requests(HTTP_CONCURRENCY);
-    Ok(rmcp::transport::StreamableHttpClientTransport::with_client(
-        client, config,
-    ))
+    rmcp::transport::StreamableHttpClientTransport::with_client(client, config)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -159,7 +159,7 @@ pub(crate) fn offered(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::{McpTransport, Origin};
+    use crate::manifest::{HttpKind, McpTransport, Origin};
     use serde_json::json;
 
     fn server(prefix: &str) -> McpServerSpec {
@@ -168,6 +168,7 @@ mod tests {
             transport: McpTransport::Http {
                 url: "http://127.0.0.1:1/mcp".into(),
                 headers: BTreeMap::new(),
+                kind: HttpKind::Detect,
             },
             prefix: prefix.into(),
             include: None,

@@ -219,6 +219,7 @@ fixtures! {
     // MCP servers.
     mcp_server_valid,
     mcp_server_transport_errors,
+    mcp_server_transport_key,
     mcp_import_formats,
     mcp_import_errors,
     mcp_server_env_var_unset,

@@ -18,7 +18,7 @@ use super::node::{Node, Value};
 use crate::config::{absolutize, runtime_path};
 use crate::contract::url_host_is_loopback;
 use crate::diag::{Diagnostic, SourceText};
-use crate::manifest::{LoadContext, McpTransport};
+use crate::manifest::{HttpKind, LoadContext, McpTransport};
 
 /// What an entry asks for.
 #[derive(Clone, PartialEq)]
@@ -26,7 +26,7 @@ pub(crate) enum EntryKind {
     /// `enabled = false` or `"disabled": true`: skipped.
     Disabled,
     Bridged(McpTransport),
-    /// A server the sidecar cannot reach, with its transport ("sse URL")
+    /// A server the sidecar cannot reach, with its transport ("http URL")
     /// and why: reported, never started.
     NotBridged {
         transport: String,
@@ -116,14 +116,15 @@ pub(crate) fn read_entry(
     };
     let out = match kind.as_str() {
         "stdio" => e.stdio(ctx),
-        "http" | "streamable-http" | "streamableHttp" | "streamable_http" => e.http(ctx),
-        "sse" => {
-            let url = e.string("url").map(|(u, _)| u).unwrap_or_default();
-            Some(EntryKind::NotBridged {
-                transport: format!("sse {url}"),
-                reason: "it uses the legacy HTTP+SSE transport (MCP 2024-11-05), for which rmcp, the sidecar's MCP library, has no client; if the server also serves Streamable HTTP (current servers do, often at /mcp), give that transport and URL in its entry".to_string(),
-            })
+        // VS Code's "http" (and a `url` with no type, as Claude Desktop and
+        // Cursor write it) tries Streamable HTTP, then the legacy SSE
+        // transport, as VS Code itself does; the names that say Streamable
+        // HTTP outright (mcp_adapter's, Cline's, LangChain's) get it alone.
+        "http" => e.http(ctx, HttpKind::Detect),
+        "streamable-http" | "streamableHttp" | "streamable_http" => {
+            e.http(ctx, HttpKind::StreamableHttp)
         }
+        "sse" => e.http(ctx, HttpKind::Sse),
         other => {
             let msg = format!(
                 "the transport \"{other}\" of MCP server `{name}` is unknown: allowed are \"stdio\", \"http\" (or \"streamable-http\") and \"sse\""
@@ -339,7 +340,7 @@ impl EntryReader<'_, '_> {
         }))
     }
 
-    fn http(&mut self, ctx: &LoadContext) -> Option<EntryKind> {
+    fn http(&mut self, ctx: &LoadContext, kind: HttpKind) -> Option<EntryKind> {
         let Some((url, sp)) = self.string("url") else {
             if self.node.get("url").is_none() {
                 let msg = format!("MCP server `{}` uses HTTP but has no `url`", self.name);
@@ -361,7 +362,7 @@ impl EntryReader<'_, '_> {
         };
         let not_bridged = |reason: String| {
             Some(EntryKind::NotBridged {
-                transport: format!("http {url}"),
+                transport: format!("{} {url}", kind.label()),
                 reason,
             })
         };
@@ -374,7 +375,11 @@ impl EntryReader<'_, '_> {
         if !ctx.allow_remote_handlers && !url_host_is_loopback(&parsed) {
             return not_bridged("its URL is not on loopback, and the sidecar would become the off-box proxy that main_server's loopback rule exists to prevent (set allow_remote_handlers = true in the agent config to allow it)".to_string());
         }
-        Some(EntryKind::Bridged(McpTransport::Http { url, headers }))
+        Some(EntryKind::Bridged(McpTransport::Http {
+            url,
+            headers,
+            kind,
+        }))
     }
 }
 

@@ -3,7 +3,9 @@
 
 use std::path::Path;
 
-use crate::manifest::{LoadContext, ManifestFile, McpServerSpec, McpTransport, parse_manifest};
+use crate::manifest::{
+    HttpKind, LoadContext, ManifestFile, McpServerSpec, McpTransport, parse_manifest,
+};
 
 fn load(dir: &Path, manifest: &str) -> ManifestFile {
     parse_manifest(&dir.join("m.toml"), manifest, &LoadContext::default())
@@ -54,11 +56,13 @@ fn claude_desktop_servers_become_mcp_servers_with_the_usual_defaults() {
     assert_eq!(env["LEVEL"], "3");
     assert_eq!(env["DEBUG"], "true");
     assert_eq!(cwd, &tmp.path().to_path_buf());
-    let McpTransport::Http { url, headers } = &server(&f, "local").transport else {
+    let McpTransport::Http { url, headers, kind } = &server(&f, "local").transport else {
         panic!()
     };
     assert_eq!(url, "http://127.0.0.1:8808/mcp");
     assert_eq!(headers["X-A"], "b");
+    // VS Code's "http" is Streamable HTTP with the fallback to SSE.
+    assert_eq!(*kind, HttpKind::Detect);
     // The https server is reported, not started, and not an error.
     assert_eq!(f.unbridged.len(), 1, "{:#?}", f.unbridged);
     assert_eq!(f.unbridged[0].name, "remote");
@@ -224,25 +228,31 @@ tool_timeout = 60
 "#;
 
 #[test]
-fn neko_mcp_adapter_servers_are_read_and_sse_is_reported_as_not_bridged() {
+fn neko_mcp_adapter_servers_are_read_each_with_its_transport() {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::write(tmp.path().join("plugin.toml"), NEKO).unwrap();
     let f = load(tmp.path(), "[[mcp_import]]\npath = \"plugin.toml\"\n");
     assert!(!f.has_errors(), "{:#?}", texts(&f));
     let names: Vec<&str> = f.mcp_servers.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["filesystem", "web"]);
+    assert_eq!(names, ["filesystem", "old", "web"]);
     // The adapter's own call timeout is ours too.
     assert_eq!(server(&f, "web").timeout_seconds, 60.0);
     assert_eq!(
         (server(&f, "web").origin.line, server(&f, "web").origin.col),
         (18, 14)
     );
-    assert_eq!(f.unbridged.len(), 1);
-    let old = &f.unbridged[0];
-    assert_eq!(old.name, "old");
-    assert_eq!(old.transport, "sse http://127.0.0.1:9000/sse");
-    assert!(old.reason.contains("no client"), "{}", old.reason);
-    assert_eq!(old.origin.line, 14);
+    let kind = |name: &str| match &server(&f, name).transport {
+        McpTransport::Http { kind, .. } => *kind,
+        other => panic!("{other}"),
+    };
+    assert_eq!(kind("old"), HttpKind::Sse);
+    assert_eq!(kind("web"), HttpKind::StreamableHttp);
+    assert_eq!(
+        server(&f, "old").transport.to_string(),
+        "sse http://127.0.0.1:9000/sse"
+    );
+    assert_eq!(server(&f, "old").origin.line, 14);
+    assert!(f.unbridged.is_empty(), "{:#?}", f.unbridged);
 }
 
 #[test]
@@ -321,4 +331,36 @@ fn the_path_may_use_environment_variables_and_an_unset_one_is_an_error() {
         )),
         "{t:#?}"
     );
+}
+
+#[test]
+fn each_way_of_naming_an_http_transport_maps_to_ours() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("c.json"),
+        r#"{"mcpServers": {
+  "bare": {"url": "http://127.0.0.1:1/mcp"},
+  "vscode": {"type": "http", "url": "http://127.0.0.1:1/mcp"},
+  "claude_sse": {"type": "sse", "url": "http://127.0.0.1:1/sse"},
+  "cline": {"type": "streamableHttp", "url": "http://127.0.0.1:1/mcp"},
+  "roo": {"type": "streamable-http", "url": "http://127.0.0.1:1/mcp"},
+  "langchain": {"transport": "streamable_http", "url": "http://127.0.0.1:1/mcp"}
+}}"#,
+    )
+    .unwrap();
+    let f = load(tmp.path(), "[[mcp_import]]\npath = \"c.json\"\n");
+    assert!(!f.has_errors(), "{:#?}", texts(&f));
+    let kind = |name: &str| match &server(&f, name).transport {
+        McpTransport::Http { kind, .. } => *kind,
+        other => panic!("{other}"),
+    };
+    // No type, or VS Code's "http": Streamable HTTP, then SSE on a 4xx,
+    // as VS Code does; a name that says Streamable HTTP: that alone.
+    assert_eq!(kind("bare"), HttpKind::Detect);
+    assert_eq!(kind("vscode"), HttpKind::Detect);
+    assert_eq!(kind("claude_sse"), HttpKind::Sse);
+    for name in ["cline", "roo", "langchain"] {
+        assert_eq!(kind(name), HttpKind::StreamableHttp, "{name}");
+    }
+    assert!(f.unbridged.is_empty(), "{:#?}", f.unbridged);
 }

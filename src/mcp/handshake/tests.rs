@@ -59,7 +59,7 @@ impl Run {
 
     fn error(&self) -> String {
         match &self.ended {
-            Handshake::Failed(e) => e.clone(),
+            Handshake::Failed(e) | Handshake::HttpClientError(e) => e.clone(),
             Handshake::Ready { .. } => "connected".into(),
             Handshake::Stopped => "stopped".into(),
         }
@@ -274,6 +274,7 @@ fn what_is_learnt_from_each_outcome() {
         assert_eq!(known.after(Discover, OlderAnswer), Older);
         assert_eq!(known.after(Discover, Refused), known);
         assert_eq!(known.after(Discover, Broken), known);
+        assert_eq!(known.after(Discover, HttpClientError), known);
     }
     // Silence from a server never heard is a guess at an older one; from a
     // known current one, slowness.
@@ -285,6 +286,8 @@ fn what_is_learnt_from_each_outcome() {
         // A refusal of initialize: perhaps a newer server now; ask afresh.
         assert_eq!(known.after(Initialize, Refused), Unknown);
         assert_eq!(known.after(Initialize, Broken), known);
+        // Not a server of Streamable HTTP: nothing learnt of its generation.
+        assert_eq!(known.after(Initialize, HttpClientError), known);
     }
     // A wrong guess goes back to discover; a known older server that is
     // slow this time stays known.

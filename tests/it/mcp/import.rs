@@ -2,14 +2,14 @@
 //! Code and N.E.K.O's `mcp_adapter` (fixtures in `tests/fixtures/import/`,
 //! whose servers are the stand-in MCP server) imported as they are, their
 //! tools registered with the stand-in main_server and called as the model
-//! calls them; a legacy SSE server reported as not bridged on `/status`;
-//! and the imported file edited while the daemon runs (in place and by
+//! calls them; N.E.K.O's three transports (stdio, the legacy HTTP+SSE and
+//! Streamable HTTP) all bridged; and the imported file edited while the daemon runs (in place and by
 //! rename, a server added, changed, disabled, broken and removed), which
 //! only the watch can see, since the periodic rescan is a day away.
 
 use std::path::Path;
 
-use neko_sidecar::devmcp::{self, DevMcpOptions, HTTP_PATH};
+use neko_sidecar::devmcp::{self, DevMcpOptions, HTTP_PATH, SseEndpoint};
 use neko_sidecar::reload::FileHealth;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -21,11 +21,15 @@ use crate::support::mcp::*;
 use crate::support::{BIN, WAIT, Workspace, dev_server, repo, wait_stand_in, wait_until};
 
 /// A fixture of `tests/fixtures/import/`, with `@BIN@` made the sidecar
-/// binary and `@URL@` the given URL, written to `to`.
-fn fixture(name: &str, to: &Path, url: &str) {
+/// binary, `@URL@` the given URL and `@SSE_URL@` the given SSE URL,
+/// written to `to`.
+fn fixture(name: &str, to: &Path, url: &str, sse_url: &str) {
     let text = std::fs::read_to_string(repo().join("tests/fixtures/import").join(name))
         .unwrap_or_else(|e| panic!("fixture {name}: {e}"));
-    let text = text.replace("@BIN@", BIN).replace("@URL@", url);
+    let text = text
+        .replace("@BIN@", BIN)
+        .replace("@URL@", url)
+        .replace("@SSE_URL@", sse_url);
     std::fs::create_dir_all(to.parent().unwrap()).unwrap();
     std::fs::write(to, text).unwrap();
 }
@@ -60,7 +64,7 @@ async fn rig(ws: Workspace, manifest: &str) -> Rig {
 async fn claude_desktop_servers_are_registered_and_called_as_they_are() {
     let ws = Workspace::new();
     let file = ws.root.join("Claude/claude_desktop_config.json");
-    fixture("claude_desktop_config.json", &file, "");
+    fixture("claude_desktop_config.json", &file, "", "");
     let rig = rig(
         ws,
         "[[mcp_import]]\npath = \"../Claude/claude_desktop_config.json\"\n",
@@ -109,6 +113,7 @@ async fn vscode_servers_over_streamable_http_with_our_overrides() {
         "vscode_mcp.json",
         &ws.root.join("proj/.vscode/mcp.json"),
         &url,
+        "",
     );
     let manifest = "[[mcp_import]]\npath = \"../proj/.vscode/mcp.json\"\n\n[mcp_import.servers.web]\nprefix = \"w_\"\ninclude = [\"echo\", \"add\"]\nmax_concurrency = 2\n";
     let rig = rig(ws, manifest).await;
@@ -125,14 +130,15 @@ async fn vscode_servers_over_streamable_http_with_our_overrides() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn neko_mcp_adapter_stdio_and_streamable_http_work_and_sse_is_shown_as_not_bridged() {
+async fn neko_mcp_adapter_stdio_sse_and_streamable_http_servers_are_all_bridged() {
     let (url, stop) = http_mcp().await;
+    let sse = SseMcp::start(SseEndpoint::Relative).await;
     let h = dev_server().await;
     let ws = Workspace::new();
     let plugin = ws
         .root
         .join("N.E.K.O/plugin/plugins/mcp_adapter/plugin.toml");
-    fixture("neko_plugin.toml", &plugin, &url);
+    fixture("neko_plugin.toml", &plugin, &url, &sse.url);
     ws.write_tool(
         "neko.toml",
         &format!(
@@ -143,60 +149,58 @@ async fn neko_mcp_adapter_stdio_and_streamable_http_work_and_sse_is_shown_as_not
     let run = start(&ws.admin_config(&h.url(), "")).await;
     let ready = wait_until(WAIT, || {
         let st = run.daemon.mcp.statuses();
-        st.len() == 2 && st.iter().all(|s| s.tools.len() == DEV_TOOLS.len())
+        st.len() == 3 && st.iter().all(|s| s.tools.len() == DEV_TOOLS.len())
     })
     .await;
     assert!(ready, "{:#?}", run.daemon.mcp.statuses());
     // (This daemon's source is the admin tests', so `wait_ours` does not
-    // apply: every tool of both servers held in every role is the same.)
-    wait_stand_in(&h, "both servers' tools registered", |h| {
+    // apply: every tool of the three servers held in every role is the same.)
+    wait_stand_in(&h, "the three servers' tools registered", |h| {
         let snap = h.registry_snapshot();
         snap.role_names().iter().all(|role| {
             let names = snap.names(role);
             DEV_TOOLS.iter().all(|t| {
-                names.contains(&format!("files_{t}").as_str())
-                    && names.contains(&format!("web_{t}").as_str())
+                ["files", "search", "web"]
+                    .iter()
+                    .all(|server| names.contains(&format!("{server}_{t}").as_str()))
             })
         })
     })
     .await;
-    let a =
-        crate::support::invoke(&h, crate::support::call("web_add", json!({"a": 2, "b": 3}))).await;
-    assert!(!a.is_error, "{a:?}");
+    for tool in ["web_add", "search_add"] {
+        let a =
+            crate::support::invoke(&h, crate::support::call(tool, json!({"a": 2, "b": 3}))).await;
+        assert!(!a.is_error, "{tool}: {a:?}");
+    }
 
     let s = run.status_json().await;
     let file = &s["manifests"]["files"][0];
-    let nb = &file["not_bridged"];
-    assert_eq!(nb.as_array().map(Vec::len), Some(1), "{s:#}");
-    assert_eq!(nb[0]["name"], "search");
-    assert_eq!(nb[0]["transport"], "sse http://127.0.0.1:9/sse");
-    assert!(
-        nb[0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("legacy HTTP+SSE transport"),
-        "{nb:#}"
-    );
-    assert!(
-        nb[0]["at"].as_str().unwrap().ends_with("plugin.toml:27:14"),
-        "{nb:#}"
-    );
-    let servers: Vec<&str> = s["mcp_servers"]
+    assert_eq!(file["not_bridged"], json!([]), "{s:#}");
+    let transports: Vec<(&str, &str)> = s["mcp_servers"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|m| m["name"].as_str().unwrap())
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap(),
+                m["transport"].as_str().unwrap(),
+            )
+        })
         .collect();
-    // `paused` is `enabled = false`; `search` is never started.
-    assert_eq!(servers, ["files", "web"]);
-    let warning = file["diagnostics"]
+    // `paused` is `enabled = false`.
+    let names: Vec<&str> = transports.iter().map(|(n, _)| *n).collect();
+    assert_eq!(names, ["files", "search", "web"]);
+    assert!(transports[0].1.starts_with("stdio "), "{transports:?}");
+    assert_eq!(transports[1].1, format!("sse {}", sse.url));
+    assert_eq!(transports[2].1, format!("http {url}"));
+    let warnings: Vec<&str> = file["diagnostics"]
         .as_array()
         .unwrap()
         .iter()
         .map(|d| d["text"].as_str().unwrap())
-        .find(|t| t.contains("`search`"))
-        .unwrap_or_else(|| panic!("no warning about search: {file:#}"));
-    assert!(warning.contains("plugin.toml:27:14: warning: MCP server `search` (sse http://127.0.0.1:9/sse) is not bridged"), "{warning}");
+        .filter(|t| t.contains("not bridged"))
+        .collect();
+    assert_eq!(warnings, Vec::<&str>::new());
     run.stop().await;
     stop.cancel();
 }

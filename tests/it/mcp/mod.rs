@@ -1,6 +1,6 @@
 //! The MCP handler end to end: `[[mcp_server]]` manifests whose server is
 //! the stand-in MCP server (`neko-sidecar dev-mcp` as the sidecar's child on
-//! stdio, or `devmcp::serve_http` in the test), the daemon in-process (the
+//! stdio, or `devmcp::serve_http`/`serve_sse` in the test), the daemon in-process (the
 //! real binary where signals, exit codes or `check` are the point), and
 //! every call made through the stand-in main_server as the model makes it,
 //! so what is asserted is what the model reads.
@@ -9,8 +9,9 @@
 //! list_changed, rejections, both protocol generations, a manifest edit);
 //! `answers`: each kind of result and the deadline; `process`: restarts,
 //! signals and the child's environment; `http`: Streamable HTTP and its
-//! outage; `probe`: `check --probe`; `status`: `/status` and `/metrics`;
-//! `slow`: servers slow to give their first answer, both generations, both
+//! outage; `sse`: the legacy HTTP+SSE transport, its cut stream, the
+//! fallback to it, and a real server of the Python SDK; `probe`: `check
+//! --probe`; `status`: `/status` and `/metrics`; `slow`: servers slow to give their first answer, both generations, both
 //! transports, under `run` and `check --probe`;
 //! `import`: `[[mcp_import]]` of Claude Desktop, VS Code and N.E.K.O files,
 //! and live edits of them.
@@ -22,5 +23,6 @@ mod probe;
 #[cfg(target_os = "linux")]
 mod process;
 mod slow;
+mod sse;
 mod status;
 mod stdio;

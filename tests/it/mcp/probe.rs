@@ -5,7 +5,7 @@
 
 use std::process::Output;
 
-use neko_sidecar::devmcp::LONG_TOOL_NAME;
+use neko_sidecar::devmcp::{LONG_TOOL_NAME, SseEndpoint};
 use tokio::process::Command;
 
 use crate::support::daemon::clean_env;
@@ -74,19 +74,17 @@ async fn check_probe_of_a_clean_deployment_passes_and_lists_the_tools() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_probe_lists_the_tools_of_each_imported_server() {
+    let sse = SseMcp::start(SseEndpoint::Relative).await;
     let ws = Workspace::new();
     let claude = ws.root.join("claude_desktop_config.json");
     let list = serde_json::json!({"mcpServers": {
         "dev": {"command": BIN, "args": ["dev-mcp"]},
-        "old": {"type": "sse", "url": "http://127.0.0.1:9/sse"},
+        "old": {"type": "sse", "url": sse.url},
     }});
-    let text = list.to_string();
-    std::fs::write(&claude, &text).unwrap();
-    // One line: the column of `"old"` is its offset plus one.
-    let old_at = text.find("\"old\"").unwrap() + 1;
+    std::fs::write(&claude, list.to_string()).unwrap();
     ws.write_tool(
         "import.toml",
-        "[[mcp_import]]\npath = \"../claude_desktop_config.json\"\n\n[mcp_import.servers.dev]\ninclude = [\"echo\", \"add\"]\n",
+        "[[mcp_import]]\npath = \"../claude_desktop_config.json\"\ninclude = [\"echo\", \"add\"]\n",
     );
     let config = ws.write_config(&fast_agent(&ws, "http://127.0.0.1:9"));
     let mut cmd = Command::new(BIN);
@@ -107,13 +105,14 @@ async fn check_probe_lists_the_tools_of_each_imported_server() {
         )),
         "{stdout}"
     );
-    let warning = format!(
-        "{}:1:{old_at}: warning: MCP server `old` (sse http://127.0.0.1:9/sse) is not bridged",
-        ws.tools
-            .join("..")
-            .join("claude_desktop_config.json")
-            .display()
+    // The legacy SSE server, bridged like the others.
+    assert!(
+        stdout.contains(&format!(
+            "MCP server `old` (sse {}), protocol {LEGACY_PROTOCOL}: 2 tools offered: old_echo, old_add (0 rejected, 9 left out by include/exclude)",
+            sse.url
+        )),
+        "{stdout}"
     );
-    assert!(stdout.contains(&warning), "{warning:?} missing:\n{stdout}");
-    assert!(stdout.contains("probe of 1 MCP server: ok"), "{stdout}");
+    assert!(!stdout.contains("not bridged"), "{stdout}");
+    assert!(stdout.contains("probe of 2 MCP servers: ok"), "{stdout}");
 }

@@ -1,6 +1,7 @@
 //! MCP rigs: `[[mcp_server]]` tables that run the stand-in MCP server
 //! (`neko-sidecar dev-mcp`) as a child of the sidecar or reach one over
-//! Streamable HTTP; the in-process daemon on such a manifest against the
+//! Streamable HTTP or the legacy HTTP+SSE transport (`SseMcp`, in the
+//! test); the in-process daemon on such a manifest against the
 //! stand-in main_server; and what the tests read back: a server's status
 //! (`Daemon::mcp`), the tools main_server holds of ours, the requests that
 //! removed some, and the stand-in MCP server's own tools (`pid`, `stats`)
@@ -9,9 +10,12 @@
 use std::future::Future;
 use std::time::Duration;
 
+use neko_sidecar::devmcp::{DevMcp, DevMcpOptions, SSE_PATH, SseEndpoint};
 use neko_sidecar::devserver::{DevServerHandle, InvokeAnswer, RequestRecord};
 use neko_sidecar::mcp::ServerStatus;
 use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use super::daemon::{AgentToml, InProcess, our_names};
 use super::{BIN, WAIT, Workspace, call, dev_server, invoke, wait_stand_in, wait_until};
@@ -35,6 +39,40 @@ pub fn stdio_server(name: &str, flags: &[&str], extra: &str) -> String {
 /// An `[[mcp_server]]` reached over Streamable HTTP at `url`.
 pub fn http_server(name: &str, url: &str, extra: &str) -> String {
     format!("[[mcp_server]]\nname = \"{name}\"\nurl = \"{url}\"\n{extra}\n")
+}
+
+/// An `[[mcp_server]]` reached at `url` by the legacy HTTP+SSE transport,
+/// said outright.
+pub fn sse_server(name: &str, url: &str, extra: &str) -> String {
+    format!("[[mcp_server]]\nname = \"{name}\"\nurl = \"{url}\"\ntransport = \"sse\"\n{extra}\n")
+}
+
+/// The stand-in MCP server over the legacy HTTP+SSE transport
+/// (`DevMcp::serve_sse`) in the test, on a port-0 listener, with
+/// `endpoint` as its `endpoint` event; stopped when dropped.
+pub struct SseMcp {
+    /// Its event stream's URL, `http://127.0.0.1:PORT/sse`.
+    pub url: String,
+    /// The server, for `cut_streams`.
+    pub server: DevMcp,
+    stop: CancellationToken,
+}
+
+impl SseMcp {
+    pub async fn start(endpoint: SseEndpoint) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}{SSE_PATH}", listener.local_addr().unwrap());
+        let server = DevMcp::new(DevMcpOptions::default());
+        let stop = CancellationToken::new();
+        tokio::spawn(server.clone().serve_sse(listener, endpoint, stop.clone()));
+        Self { url, server, stop }
+    }
+}
+
+impl Drop for SseMcp {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 /// `names` with `prefix` before each, sorted: the tools main_server should hold.

@@ -7,7 +7,8 @@
 //! `chaos`, `daemon` (agent configs, the real binary as a child, the daemon
 //! in-process), `engine` (the registration engine alone), `mcp` (the
 //! daemon with `[[mcp_server]]`s running the stand-in MCP server), `notify` (a
-//! systemd notify socket), `reload` (the reloader alone) and `target` (the
+//! systemd notify socket), `python` (the Python MCP SDK and a server built
+//! with it), `reload` (the reloader alone) and `target` (the
 //! contract's server under test and tiny plugins).
 //!
 //! Every wait is on a condition with a deadline, never a bare sleep: the
@@ -23,6 +24,10 @@ pub mod engine;
 pub mod mcp;
 #[cfg(target_os = "linux")]
 pub mod notify;
+// The Python MCP SDK's server runs as a process of this machine; the suite
+// built for Windows and run under Wine has no Python with the SDK.
+#[cfg(unix)]
+pub mod python;
 pub mod reload;
 pub mod target;
 
