@@ -34,8 +34,8 @@
 //! thread it goes to one of up to `SPAWN_THREADS` threads of our own that
 //! never end.
 //!
-//! The unsafe blocks are listed, with what each relies on, in
-//! ARCHITECTURE.md ("Unsafe code").
+//! Each unsafe block says what it relies on; ARCHITECTURE.md lists this
+//! file among the crate's unsafe code ("Invariants").
 
 #![allow(unsafe_code)]
 
