@@ -30,9 +30,13 @@
 //! end after idling) would be killed with that thread. So a spawn happens
 //! on the calling thread only when that is the process's main thread,
 //! which lives as long as the process (the daemon's runtime runs there:
-//! src/commands.rs), as std's `posix_spawn` did before; from any other
-//! thread it goes to one of up to `SPAWN_THREADS` threads of our own that
-//! never end.
+//! src/commands.rs), and no other tree is alive (one call at a time: no
+//! hand-over to wait for, as with std's `posix_spawn` before); otherwise
+//! it goes to one of up to `SPAWN_THREADS` threads of our own that never
+//! end, so that the runtime serves the other calls while a child is
+//! between clone and `execve` (the parent is suspended until then, and on
+//! a busy machine the child may wait for a CPU: BENCHMARKS.md, "Exec
+//! spawn").
 //!
 //! Each unsafe block says what it relies on; ARCHITECTURE.md lists this
 //! file among the crate's unsafe code ("Invariants").
@@ -46,6 +50,7 @@ use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::ExitStatus;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use tokio::io::unix::AsyncFd;
@@ -64,6 +69,8 @@ const CHILD_STACK: usize = 64 * 1024;
 #[derive(Debug)]
 pub(super) struct Tree {
     pid: libc::pid_t,
+    /// Counted among the trees alive while it lives.
+    _alive: Alive,
     /// Readable once the root has exited; `None` once handed to the reaper
     /// of `Drop`.
     exit: Option<Exit>,
@@ -108,7 +115,10 @@ impl Tree {
     /// directory; stdin, stdout and stderr are always pipes).
     pub(super) async fn spawn(command: &std::process::Command) -> io::Result<Self> {
         let prepared = prepare(command)?;
-        let started = if on_main_thread() {
+        // Counted from here (a cancelled spawn uncounts itself), so two
+        // spawns in a row each see the other.
+        let alive = Alive::enter();
+        let started = if on_main_thread() && alive.alone {
             start(prepared)?
         } else {
             on_spawn_thread(prepared).await?
@@ -117,6 +127,7 @@ impl Tree {
         // From here `Drop` ends and reaps the child whatever fails.
         let mut tree = Tree {
             pid,
+            _alive: alive,
             exit: None,
             status: None,
             stdin: None,
@@ -240,6 +251,30 @@ impl Drop for Tree {
             }
             _ => reap(pid, 0),
         }
+    }
+}
+
+/// Trees alive in this process, spawns under way included.
+static ALIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// One of `ALIVE`, for as long as it is held.
+#[derive(Debug)]
+struct Alive {
+    /// No other tree was alive when it was counted.
+    alone: bool,
+}
+
+impl Alive {
+    fn enter() -> Self {
+        Alive {
+            alone: ALIVE.fetch_add(1, Ordering::SeqCst) == 0,
+        }
+    }
+}
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        ALIVE.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

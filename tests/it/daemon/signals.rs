@@ -219,8 +219,9 @@ async fn sigterm_with_main_server_and_a_handler_hanging_exits_by_the_deadline() 
 
 /// SIGKILL leaves the sidecar no chance to stop anything: the kernel's
 /// parent-death signal ends its handlers (Linux), set by the sidecar's own
-/// spawn (src/os/linux_spawn.rs). Two calls at once, and neither handler
-/// survives.
+/// spawn (src/os/linux_spawn.rs). Two calls at once: the first handler is
+/// started from the daemon's main thread, the second (the first still
+/// alive) from a spawning thread; neither survives.
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handlers_in_flight_die_with_a_sidecar_killed_by_sigkill() {
