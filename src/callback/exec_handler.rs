@@ -2,7 +2,8 @@
 //! answer on stdout.
 //!
 //! The program is looked up on PATH as the platform's shell would (PATHEXT
-//! on Windows, so `npx` is `npx.cmd`) and runs without a shell, at the
+//! on Windows, so `npx` is `npx.cmd`; remembered between calls while PATH
+//! and the file stay the same) and runs without a shell, at the
 //! root of a process tree of its own (`os::ProcessTree`: a process group on
 //! Unix, a Job Object on Windows), so a timeout can stop it together with
 //! everything it started, in the manifest's cwd
@@ -23,7 +24,7 @@
 use std::ffi::OsStr;
 use std::io::ErrorKind;
 use std::path::Path;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -71,12 +72,13 @@ pub(crate) async fn call(
     // The manifest's own PATH, if it sets one, is where the program is
     // looked for, as a shell would.
     let path_var = h.env.get("PATH").map(OsStr::new);
-    let resolved = crate::os::resolve_program(program, &h.cwd, path_var).map_err(|reason| {
-        HandlerError::NotStarted {
-            program: program.clone(),
-            reason,
-        }
-    })?;
+    let resolved =
+        crate::os::resolve_program_cached(program, &h.cwd, path_var).map_err(|reason| {
+            HandlerError::NotStarted {
+                program: program.clone(),
+                reason,
+            }
+        })?;
     let mut command = Command::new(&resolved);
     // systemd's notify variables belong to the service's main process: a
     // handler using an sd_notify library must not speak for the sidecar.
@@ -88,16 +90,15 @@ pub(crate) async fn call(
         .current_dir(&h.cwd)
         .envs(&h.env)
         .env("NEKO_TOOL_NAME", tool)
-        .env("NEKO_CALL_ID", call.call_id)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .env("NEKO_CALL_ID", call.call_id);
     // Dropping the tree ends it: a last resort, as every path below stops
     // and reaps it itself.
-    let mut child = ProcessTree::spawn(command).map_err(|e| HandlerError::NotStarted {
-        program: program.clone(),
-        reason: spawn_reason(&e, &resolved),
-    })?;
+    let mut child = ProcessTree::spawn(command)
+        .await
+        .map_err(|e| HandlerError::NotStarted {
+            program: program.clone(),
+            reason: spawn_reason(&e, &resolved),
+        })?;
 
     if let Some(mut stdin) = child.take_stdin() {
         let body = call.body.clone();

@@ -730,11 +730,16 @@ pub(super) fn read_command(
         let msg = format!("the program \"{program}\" of {}: {why}", r.what);
         r.error(&psp, msg);
         return None;
-    } else if let Err(tried) = crate::os::resolve_program(
-        &program,
-        cwd.unwrap_or(Path::new(".")),
-        path_var.map(std::ffi::OsStr::new),
-    ) {
+    } else if let Err(tried) = {
+        // What the handlers' calls remembered is looked up again after a
+        // load: a program may have been installed earlier on PATH.
+        crate::os::forget_resolved_programs();
+        crate::os::resolve_program(
+            &program,
+            cwd.unwrap_or(Path::new(".")),
+            path_var.map(std::ffi::OsStr::new),
+        )
+    } {
         let msg = format!(
             "the program `{program}` of {} is {tried}; calls of this tool will fail until it is installed",
             r.what

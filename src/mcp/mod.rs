@@ -18,6 +18,7 @@ mod handshake;
 mod process;
 mod session;
 mod sse;
+mod stderr;
 pub(crate) mod tools;
 
 use std::collections::BTreeMap;

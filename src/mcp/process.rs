@@ -18,7 +18,8 @@
 //! - no server outlives the sidecar, even one killed outright: on Linux it
 //!   gets SIGKILL when the sidecar dies (`PR_SET_PDEATHSIG`), on Windows
 //!   the Job Object ends with the sidecar's last handle to it;
-//! - its stderr goes to our log, one event per line, with the server's name;
+//! - its stderr goes to our log, one event per line, with the server's name,
+//!   and its last lines are kept for the failure reason (`stderr.rs`);
 //! - a stop closes stdin (the MCP way to ask a stdio server to exit), then
 //!   sends SIGTERM (Unix), then ends the whole tree, all by a deadline.
 //!
@@ -26,13 +27,13 @@
 
 use std::ffi::OsStr;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::{ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::time::Instant;
 
+use super::stderr::{StderrTail, TailWriter};
 use crate::os::ProcessTree;
 
 /// A line of stderr longer than this is cut (and the rest read as further
@@ -50,12 +51,13 @@ pub(crate) struct ServerProcess {
 pub(crate) type Spawned = (ServerProcess, ChildStdout, ChildStdin);
 
 /// Starts `command` (argv) in `cwd` with `env` added, its stderr logged
-/// under `server`'s name.
-pub(crate) fn spawn(
+/// under `server`'s name and its last lines kept in `tail`.
+pub(crate) async fn spawn(
     server: &str,
     command: &[String],
     cwd: &Path,
     env: &std::collections::BTreeMap<String, String>,
+    tail: &StderrTail,
 ) -> std::io::Result<Spawned> {
     let Some((program, args)) = command.split_first() else {
         return Err(std::io::Error::other("the command is empty"));
@@ -67,24 +69,19 @@ pub(crate) fn spawn(
     for var in crate::systemd::SERVICE_ONLY_ENV {
         cmd.env_remove(var);
     }
-    cmd.args(args)
-        .current_dir(cwd)
-        .envs(env)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut tree = ProcessTree::spawn(cmd)?;
+    cmd.args(args).current_dir(cwd).envs(env);
+    let mut tree = ProcessTree::spawn(cmd).await?;
     let (Some(stdout), Some(stdin)) = (tree.take_stdout(), tree.take_stdin()) else {
         return Err(std::io::Error::other("the child's pipes were not made"));
     };
     if let Some(stderr) = tree.take_stderr() {
-        tokio::spawn(log_lines(server.to_string(), stderr));
+        tokio::spawn(log_lines(server.to_string(), stderr, tail.restart()));
     }
     Ok((ServerProcess { tree }, stdout, stdin))
 }
 
-/// Logs each line of `stderr` until it closes.
-async fn log_lines(server: String, stderr: ChildStderr) {
+/// Logs each line of `stderr` until it closes, and keeps the last ones.
+async fn log_lines(server: String, stderr: ChildStderr, tail: TailWriter) {
     let mut reader = BufReader::new(stderr);
     let mut line = Vec::new();
     loop {
@@ -101,6 +98,7 @@ async fn log_lines(server: String, stderr: ChildStderr) {
                 if !text.is_empty() {
                     tracing::info!(mcp_server = %server, "stderr: {text}");
                 }
+                tail.push(text);
             }
         }
     }

@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use super::handshake::{Generation, Handshake, handshake};
 use super::process::{self, ServerProcess};
 use super::sse::SseTransport;
+use super::stderr::{self, StderrTail};
 use super::tools::{Listed, Rejected};
 use crate::backoff::{BackoffPolicy, Jitter, Retry};
 use crate::manifest::{HttpKind, McpServerSpec, McpTransport};
@@ -340,20 +341,28 @@ impl Session {
             changed: changed.clone(),
         };
         let budget = self.spec.startup_timeout();
+        // The end of the stdio server's stderr, for the reasons below.
+        let tail = StderrTail::default();
         // A copy: the lock is not held across the handshake's awaits.
         let mut known = *lock(&self.generation);
         let (running, mut process): (RunningService<RoleClient, Listener>, Option<ServerProcess>) =
             match &self.spec.transport {
                 McpTransport::Stdio { command, cwd, env } => {
-                    let open = || {
-                        let spawned = process::spawn(&self.spec.name, command, cwd, env)
-                            .map_err(|e| format!("cannot start `{}`: {e}", command[0]))
+                    let open = || async {
+                        process::spawn(&self.spec.name, command, cwd, env, &tail)
+                            .await
+                            .map_err(|e| {
+                                format!(
+                                    "cannot start `{}`: {e}{}",
+                                    command[0],
+                                    stderr::hint_not_started(&e)
+                                )
+                            })
                             .map(|(proc, stdout, stdin)| {
                                 let pid = proc.id();
                                 self.update(|s| s.pid = pid);
                                 ((stdout, stdin), proc)
-                            });
-                        std::future::ready(spawned)
+                            })
                     };
                     let close = |proc: ServerProcess| async move {
                         format!("; the process {}", proc.stop(self.close_deadline()).await)
@@ -372,7 +381,12 @@ impl Session {
                     match ended {
                         Handshake::Ready { running, conn } => (running, Some(conn)),
                         Handshake::Failed(e) | Handshake::HttpClientError(e) => {
-                            return Err(format!("the handshake failed: {e}"));
+                            // A program that could not be started has no
+                            // stderr; one that did may have said why.
+                            return Err(format!(
+                                "the handshake failed: {e}{}",
+                                tail.explain().await
+                            ));
                         }
                         Handshake::Stopped => return Ok(()),
                     }
@@ -460,7 +474,7 @@ impl Session {
                     self.finish(process.take(), &mut ended).await;
                     return Ok(());
                 }
-                how = exited => break format!("the MCP server `{}` {how}", self.spec.name),
+                how = exited => break format!("the MCP server `{}` {how}{}", self.spec.name, tail.explain().await),
                 _ = async { if let Some(e) = ended.as_mut() { e.await } else { std::future::pending().await } } => {
                     ended = None;
                     break format!("the MCP server `{}` closed the session", self.spec.name);

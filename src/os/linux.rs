@@ -1,47 +1,13 @@
-//! What Linux alone has: a child that dies with its parent
-//! (`PR_SET_PDEATHSIG`) and the transport of systemd's notify protocol
-//! (datagrams to `NOTIFY_SOCKET`, abstract names included).
+//! What Linux alone has: the transport of systemd's notify protocol
+//! (datagrams to `NOTIFY_SOCKET`, abstract names included). Its process
+//! trees are in `linux_spawn.rs`.
 
 use std::io;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::path::Path;
 use std::time::Duration;
 
-use process_wrap::tokio::{CommandWrap, CommandWrapper};
-use rustix::process::Signal;
 use sd_notify::NotifyState;
-use tokio::process::Command;
-
-/// Has the kernel SIGKILL the child when the sidecar dies, even by
-/// `kill -9`, so no child outlives the sidecar.
-#[derive(Debug)]
-pub(super) struct DieWithParent;
-
-impl CommandWrapper for DieWithParent {
-    /// The one `unsafe` of the crate: `pre_exec` runs between fork and
-    /// exec, where only async-signal-safe calls are allowed; `prctl` and
-    /// `getppid` are single system calls. The parent check closes the race
-    /// of a sidecar that died before the `prctl` (the child would then
-    /// never get the signal). The signal follows the *thread* that forked:
-    /// the daemon runs on one thread (src/commands.rs), so that is the
-    /// sidecar's life.
-    #[allow(unsafe_code)]
-    fn pre_spawn(&mut self, command: &mut Command, _core: &CommandWrap) -> io::Result<()> {
-        let parent = rustix::process::getpid();
-        // SAFETY: the closure makes only async-signal-safe system calls and
-        // allocates nothing.
-        unsafe {
-            command.pre_exec(move || {
-                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
-                if rustix::process::getppid() != Some(parent) {
-                    return Err(io::Error::other("the sidecar is gone"));
-                }
-                Ok(())
-            });
-        }
-        Ok(())
-    }
-}
 
 /// Where notifications go: the address is resolved once, the socket is
 /// unbound and reused for every datagram.

@@ -5,8 +5,9 @@
 //! limit, and reading stdin without a blocked thread.
 //!
 //! This is the only module with `cfg(unix)`, `cfg(windows)` or
-//! `cfg(target_os = ...)` in its code: `unix.rs` (with `linux.rs` for what
-//! Linux alone has) and `windows.rs` implement the same small set of
+//! `cfg(target_os = ...)` in its code: `unix.rs` (with `linux.rs` and
+//! `linux_spawn.rs` for what Linux alone has) and `windows.rs` implement
+//! the same small set of
 //! functions, and the rest of the crate calls them through here. A feature
 //! that a platform lacks is a value (`Platform::lacks`) that the manifest
 //! loader turns into a `check` error, never a compile error or a silent
@@ -14,10 +15,16 @@
 
 mod process;
 
-pub(crate) use process::{ProcessTree, resolve_program};
+pub(crate) use process::{
+    ProcessTree, forget_resolved_programs, resolve_program, resolve_program_cached,
+};
 
 #[cfg(target_os = "linux")]
 mod linux;
+#[cfg(target_os = "linux")]
+mod linux_spawn;
+#[cfg(not(target_os = "linux"))]
+mod wrapped_tree;
 #[cfg(target_os = "linux")]
 use linux as service;
 #[cfg(not(target_os = "linux"))]

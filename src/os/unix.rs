@@ -1,12 +1,14 @@
-//! The Unix half of `os`: signals, process groups, inodes, the open-files
-//! limit, pipes on the reactor, Unix-socket http clients. What Linux alone
-//! has is in `linux.rs`.
+//! The Unix half of `os`: signals, process groups (through process-wrap,
+//! off Linux), inodes, the open-files limit, pipes on the reactor,
+//! Unix-socket http clients. What Linux alone has is in `linux.rs` and
+//! `linux_spawn.rs`.
 
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::Path;
 use std::process::ExitStatus;
 
+#[cfg(not(target_os = "linux"))]
 use process_wrap::tokio::{ChildWrapper, CommandWrap, ProcessGroup};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
@@ -97,20 +99,21 @@ pub(super) fn stdin() -> Box<dyn tokio::io::AsyncRead + Send + Unpin> {
 }
 
 /// The program leads a process group of its own, so one signal reaches
-/// everything it starts; on Linux it also dies with the sidecar.
+/// everything it starts (Linux spawns by itself: `linux_spawn.rs`).
+#[cfg(not(target_os = "linux"))]
 pub(super) fn contain(wrap: &mut CommandWrap) {
     wrap.wrap(ProcessGroup::leader());
-    #[cfg(target_os = "linux")]
-    wrap.wrap(super::linux::DieWithParent);
 }
 
 /// The group's `wait` reaps the leader and then only those of our own
 /// children that are in the group; the leader's children are not ours, so
 /// it never waits for them.
+#[cfg(not(target_os = "linux"))]
 pub(super) async fn wait_root(child: &mut Box<dyn ChildWrapper>) -> std::io::Result<ExitStatus> {
     child.wait().await
 }
 
+#[cfg(not(target_os = "linux"))]
 pub(super) fn terminate(child: &dyn ChildWrapper) -> bool {
     // ESRCH (the group is gone) is the only expected error: then there is
     // nothing left to ask.
@@ -118,6 +121,7 @@ pub(super) fn terminate(child: &dyn ChildWrapper) -> bool {
     true
 }
 
+#[cfg(not(target_os = "linux"))]
 fn libc_sigterm() -> i32 {
     rustix::process::Signal::TERM.as_raw()
 }

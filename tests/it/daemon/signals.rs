@@ -217,6 +217,70 @@ async fn sigterm_with_main_server_and_a_handler_hanging_exits_by_the_deadline() 
     call.abort();
 }
 
+/// SIGKILL leaves the sidecar no chance to stop anything: the kernel's
+/// parent-death signal ends its handlers (Linux), set by the sidecar's own
+/// spawn (src/os/linux_spawn.rs). Two calls at once: the first handler is
+/// started from the daemon's main thread, the second (the first still
+/// alive) from a spawning thread; neither survives.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_in_flight_die_with_a_sidecar_killed_by_sigkill() {
+    let h = dev_server().await;
+    let ws = Workspace::new();
+    let started = ws.root.join("started");
+    ws.write_tool(
+        "hang.toml",
+        &format!(
+            "[[tool]]\nname = \"hang\"\ndescription = \"never answers\"\ntimeout_seconds = 60\nhandler = {{ type = \"exec\", command = [\"sh\", \"-c\", \"echo $$ >> {}; exec sleep 300\"] }}\n",
+            started.display()
+        ),
+    );
+    let mut sidecar = Sidecar::spawn(&ws.write_config(&ws.agent(&h.url())));
+    assert!(
+        h.wait_for(WAIT, |h| {
+            let snap = h.registry_snapshot();
+            snap.roles
+                .iter()
+                .any(|r| our_names(&snap, &r.role) == ["hang"])
+        })
+        .await,
+        "hang was never registered"
+    );
+    let calls: Vec<_> = (0..2)
+        .map(|_| {
+            let h = h.clone();
+            tokio::spawn(async move {
+                h.invoke(serde_json::from_value(json!({"name": "hang", "arguments": {}})).unwrap())
+                    .await
+            })
+        })
+        .collect();
+    let read_pids = || -> Vec<u32> {
+        std::fs::read_to_string(&started)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
+    assert!(
+        wait_until(WAIT, || read_pids().len() == 2).await,
+        "the two handlers never started: {:?}",
+        read_pids()
+    );
+    let pids = read_pids();
+    sidecar.kill().await;
+    assert!(
+        wait_until(WAIT, || pids
+            .iter()
+            .all(|&p| crate::support::process_gone(p)))
+        .await,
+        "a handler of {pids:?} outlived the sidecar killed by SIGKILL"
+    );
+    for c in calls {
+        c.abort();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_sigterm_during_a_slow_shutdown_exits_at_once_with_130() {
     let (_ws, h, mut sidecar) = registered(|a| {

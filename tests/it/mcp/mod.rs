@@ -14,7 +14,9 @@
 //! --probe`; `status`: `/status` and `/metrics`; `slow`: servers slow to give their first answer, both generations, both
 //! transports, under `run` and `check --probe`;
 //! `import`: `[[mcp_import]]` of Claude Desktop, VS Code and N.E.K.O files,
-//! and live edits of them.
+//! and live edits of them; `start_failure`: a server that fails to start
+//! says why (its stderr's end and a hint) in `/status`, the inspector and
+//! `check --probe`.
 
 mod answers;
 mod http;
@@ -24,5 +26,8 @@ mod probe;
 mod process;
 mod slow;
 mod sse;
+// `sh` scripts as servers.
+#[cfg(unix)]
+mod start_failure;
 mod status;
 mod stdio;
