@@ -6,6 +6,7 @@
 // `sh` and python3 handlers; signals.
 #[cfg(unix)]
 mod e2e;
+mod main_server_env;
 mod no_role;
 mod recovery;
 mod relative_paths;
