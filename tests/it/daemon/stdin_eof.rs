@@ -138,3 +138,55 @@ async fn without_the_flag_the_end_of_stdin_changes_nothing() {
     );
     sidecar.kill().await;
 }
+
+/// The parent that dies held the read end of the sidecar's stderr too (the
+/// plugin relays the sidecar's log): every log line then fails with a
+/// broken pipe, and the stop must happen all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_that_also_read_its_log_dies_and_it_still_stops_cleanly() {
+    let h = dev_server().await;
+    let ws = Workspace::new();
+    ws.write_tool("x.toml", &tools(&["alpha"], "v1"));
+    let config = ws.write_config(&ws.agent(&h.url()));
+    let (stdin_r, stdin_w) = std::io::pipe().expect("a pipe");
+    let (log_r, log_w) = std::io::pipe().expect("a pipe");
+    let mut cmd = run_command(&config);
+    cmd.arg("--stop-on-stdin-eof")
+        .stdin(Stdio::from(stdin_r))
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log_w))
+        .kill_on_drop(true);
+    let mut sidecar = cmd.spawn().expect("spawning neko-sidecar");
+    drop(cmd);
+    let mut parent = Command::new(BIN);
+    parent
+        .args(["dev-server", "--listen", "127.0.0.1:0"])
+        .stdin(Stdio::from(log_r))
+        .stdout(Stdio::from(stdin_w))
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    clean_env(&mut parent);
+    let mut parent_child = parent.spawn().expect("spawning the parent");
+    drop(parent);
+    wait_holds(&h, &[("alpha", "v1")]).await;
+    let before = h.requests().len();
+    parent_child.start_kill().expect("killing the parent");
+    let _ = parent_child.wait().await;
+    let status = tokio::time::timeout(WITHIN, sidecar.wait())
+        .await
+        .expect("the sidecar exits by itself")
+        .expect("waiting for it");
+    assert_eq!(status.code(), Some(0));
+    let writes: Vec<_> = h
+        .requests()
+        .into_iter()
+        .skip(before)
+        .filter(|r| r.method == "POST")
+        .collect();
+    assert_eq!(writes.len(), 1, "{writes:#?}");
+    assert_eq!(writes[0].path, "/api/tools/clear");
+    let snap = h.registry_snapshot();
+    for role in snap.role_names() {
+        assert!(ours(&snap, role).is_empty(), "{}", describe(&snap));
+    }
+}
