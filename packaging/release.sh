@@ -127,8 +127,12 @@ for t in $targets; do
 done
 
 # The N.E.K.O plugin package, with both executables (the Linux one static).
-case " $targets " in
-  *" x86_64-pc-windows-gnu "*" x86_64-unknown-linux-musl "* | *" x86_64-unknown-linux-musl "*" x86_64-pc-windows-gnu "*)
+both=0
+case " $targets " in *" x86_64-pc-windows-gnu "*)
+  case " $targets " in *" x86_64-unknown-linux-musl "*) both=1 ;; esac ;;
+esac
+case "$both" in
+  1)
     plugin_package="neko-sidecar-$version.neko-plugin"
     SOURCE_DATE_EPOCH="$epoch" python3 packaging/neko-plugin/build-package.py --version "$version" \
       --out "$dist/$plugin_package" \

@@ -274,7 +274,11 @@ class NekoSidecarPlugin(NekoPluginBase):
         if sys.platform != "win32":
             # N.E.K.O's installer writes files with a plain open("wb"): the
             # executable arrives without its exec bit.
-            exe.chmod(exe.stat().st_mode | 0o755)
+            if not os.access(exe, os.X_OK):
+                try:
+                    exe.chmod(exe.stat().st_mode | 0o755)
+                except OSError as e:
+                    raise RuntimeError(f"neko-sidecar: cannot make {exe} executable: {e}") from e
         agent_toml = self._prepare()
         argv = [str(exe), "run", "--config", str(agent_toml), "--stop-on-stdin-eof"]
         extra = {"creationflags": CREATE_NO_WINDOW} if sys.platform == "win32" else {}
