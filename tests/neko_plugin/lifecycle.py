@@ -230,7 +230,9 @@ def main() -> int:
 
     # An mcp_adapter runtime config beside ours, with one stdio server: the
     # stand-in MCP server of the sidecar's own binary (Linux, or the .exe).
-    mcp_cmd = str(stand_in) if not wine else str(plugin / "bin" / "windows-x86_64" / "neko-sidecar.exe")
+    mcp_cmd = str(stand_in)
+    if wine:  # a Windows path, as a Windows user's adapter config has
+        mcp_cmd = subprocess.run(["winepath", "-w", str(plugin / "bin" / "windows-x86_64" / "neko-sidecar.exe")], capture_output=True, text=True, check=True).stdout.strip()
     adapter = root / "plugins" / "mcp_adapter" / "config" / "plugin.toml"
     adapter.parent.mkdir(parents=True)
 
@@ -266,9 +268,10 @@ def main() -> int:
         agent = root / "plugins" / PLUGIN_ID / "config" / "agent.toml"
         text = agent.read_text()
         assert f'source = "{SOURCE}"' in text and "[main_server]\nurl" not in text, text
-        assert str(root / "plugins" / PLUGIN_ID / "data" / "tools") in text, text
+        assert 'manifest_dirs = ["../data/tools"]' in text, text
         assert os.access(plugin / "bin" / "linux-x86_64" / "neko-sidecar", os.X_OK), "exec bit set by the plugin"
         wait_for("convert_units and the adapter's tools", lambda: {"convert_units", "demo_echo"} <= tools_of_source(port), within)
+        assert sidecars_under(root), "the sidecar runs (and is seen by the process check)"
         commands.put("STOP")
         kind, took = events.get(timeout=10)
         proc.join(10)

@@ -95,7 +95,17 @@ def truthy_flag(value: object) -> bool:
     return False
 
 
-def default_agent_toml(tools_dir: Path) -> str:
+def relative_to(path: Path, base: Path) -> str:
+    """`path` relative to the folder `base` (what the sidecar resolves a
+    relative path against), so the files keep working when N.E.K.O's data
+    folder moves; absolute where no relative path exists (another drive)."""
+    try:
+        return os.path.relpath(path, base)
+    except ValueError:
+        return str(path)
+
+
+def default_agent_toml(tools_dir: Path, config_dir: Path) -> str:
     return f"""# neko-sidecar's config, written by the N.E.K.O plugin on its first start and
 # never again: edit it freely (restart the plugin to apply); delete it to get
 # this default back. Every key: agent.toml.example in the sidecar's README.
@@ -106,7 +116,8 @@ source = "{SOURCE}"
 
 # Tool manifests: every *.toml file in this folder, applied within a second
 # of a save. neko_mcp_adapter.toml in it is the plugin's (see its first line).
-manifest_dirs = [{toml_string(str(tools_dir))}]
+# (Relative to this file's folder: {tools_dir})
+manifest_dirs = [{toml_string(relative_to(tools_dir, config_dir))}]
 
 # [main_server] url is not set: the sidecar goes where N.E.K.O says, the port
 # its launcher exports (NEKO_MAIN_SERVER_PORT), else 48911.
@@ -172,7 +183,7 @@ class NekoSidecarPlugin(NekoPluginBase):
         if not tools_dir.exists():
             self._seed_tools(tools_dir)
         if not agent_toml.exists():
-            agent_toml.write_text(default_agent_toml(tools_dir), encoding="utf-8")
+            agent_toml.write_text(default_agent_toml(tools_dir, config_dir), encoding="utf-8")
             self.logger.info(f"neko-sidecar: wrote the default config {agent_toml}")
         self.logger.info(f"neko-sidecar: config {agent_toml}, tools folder {tools_dir}")
         self._sync_mcp_import(tools_dir)
@@ -243,7 +254,8 @@ class NekoSidecarPlugin(NekoPluginBase):
             "# The MCP servers of N.E.K.O's MCP adapter, bridged by the sidecar; removed\n"
             "# while the adapter's own chat injection (inject_mcp) is on.\n\n"
             "[[mcp_import]]\n"
-            f"path = {toml_string(str(source))}\n"
+            f"# {source}\n"
+            f"path = {toml_string(relative_to(source, tools_dir))}\n"
         )
         if not manifest.exists() or manifest.read_text(encoding="utf-8") != text:
             manifest.write_text(text, encoding="utf-8")
