@@ -145,9 +145,9 @@ def plugin_process(root: str, log: str, commands, events) -> None:
     manifest = tomllib.loads((root_p / ".neko-plugin-installations" / "plugins" / PLUGIN_ID / "plugin.toml").read_text())
     module_name, _, class_name = manifest["plugin"]["entry"].partition(":")
     cls = getattr(importlib.import_module(module_name), class_name)
-    from plugin.sdk.plugin import NEKO_PLUGIN_META_ATTR
+    from plugin.sdk.plugin import NEKO_PLUGIN_TAG
 
-    assert getattr(cls, NEKO_PLUGIN_META_ATTR, None), "the entry class is not @neko_plugin"
+    assert getattr(cls, NEKO_PLUGIN_TAG, None) is True, "the entry class is not @neko_plugin"
     hooks = hooks_of(cls)
     assert {"startup", "shutdown"} <= set(hooks), hooks
     instance = cls(Ctx(root_p, Path(log)))

@@ -27,7 +27,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+# plugin/sdk/shared/constants.py @685f1382
 NEKO_PLUGIN_META_ATTR = "__neko_plugin_meta__"
+NEKO_PLUGIN_TAG = "__neko_plugin__"
 EVENT_META_ATTR = "__neko_event_meta__"
 
 _LIFECYCLE_IDS = ("startup", "shutdown", "reload", "freeze", "unfreeze", "config_change")
@@ -43,7 +45,8 @@ class EventMeta:
 
 
 def neko_plugin(cls):
-    setattr(cls, NEKO_PLUGIN_META_ATTR, {"tag": "neko_plugin"})
+    """The class marker (plugin/sdk/shared/core/decorators.py:279 @685f1382)."""
+    setattr(cls, NEKO_PLUGIN_TAG, True)
     return cls
 
 
