@@ -44,6 +44,7 @@ import inspect
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -316,7 +317,9 @@ def main() -> int:
         server.kill()
         server.wait()
     if failures:
+        print(f"(left for a look: {root})", file=sys.stderr)
         return 1
+    shutil.rmtree(root, ignore_errors=True)
     print(f"lifecycle ({'Windows .exe under Wine' if wine else 'Linux'}): 3 runs ok")
     return 0
 
