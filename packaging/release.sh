@@ -10,7 +10,11 @@
 #     neko-sidecar (static: runs on any x86_64 Linux, with no glibc version to
 #     match), agent.toml.example, examples/, packaging/agent.toml and
 #     systemd/ (README.md, "Installing by hand"), README.md
-#   SHA256SUMS (of both, in `sha256sum -c` form)
+#   neko-sidecar-VERSION.neko-plugin
+#     the N.E.K.O plugin (packaging/neko-plugin/) with both executables, in
+#     N.E.K.O's package format (packaging/neko-plugin/build-package.py says
+#     how); built when both targets are
+#   SHA256SUMS (of all three, in `sha256sum -c` form)
 #
 # Each archive holds one folder named like the archive. The archives are
 # reproducible: every file gets the time of the last commit
@@ -122,6 +126,21 @@ for t in $targets; do
   echo "built $dist/$archive ($(du -k "$dist/$archive" | cut -f1) KiB)"
 done
 
+# The N.E.K.O plugin package, with both executables (the Linux one static).
+both=0
+case " $targets " in *" x86_64-pc-windows-gnu "*)
+  case " $targets " in *" x86_64-unknown-linux-musl "*) both=1 ;; esac ;;
+esac
+case "$both" in
+  1)
+    plugin_package="neko-sidecar-$version.neko-plugin"
+    SOURCE_DATE_EPOCH="$epoch" python3 packaging/neko-plugin/build-package.py --version "$version" \
+      --out "$dist/$plugin_package" \
+      --linux "$target_dir/x86_64-unknown-linux-musl/release/neko-sidecar" \
+      --windows "$target_dir/x86_64-pc-windows-gnu/release/neko-sidecar.exe"
+    archives+=("$plugin_package") ;;
+esac
+
 (cd "$dist" && sha256sum "${archives[@]}" >SHA256SUMS && cat SHA256SUMS)
 
 [ "$check" = 1 ] || exit 0
@@ -170,6 +189,8 @@ windows_checked() {
 # skipped, and says so) with none failing.
 (cd "$dist" && sha256sum -c --quiet SHA256SUMS)
 for archive in "${archives[@]}"; do
+  # The plugin package is checked by tests/neko_plugin/ (.ci/run).
+  case "$archive" in *.neko-plugin) continue ;; esac
   unpacked="$(mktemp -d)"
   trap 'rm -rf "$unpacked"' EXIT
   case "$archive" in

@@ -106,6 +106,12 @@ pub struct RunArgs {
     /// Log format, overriding `[log] format`.
     #[arg(long, value_parser = ["text", "json"])]
     pub log_format: Option<String>,
+    /// Stop (as on SIGTERM: tools cleared, calls drained) when stdin ends
+    /// or cannot be read: for a parent that starts the sidecar with a pipe
+    /// as its stdin and holds the other end, so that the sidecar stops
+    /// when the parent closes it or dies (N.E.K.O's plugin does so).
+    #[arg(long)]
+    pub stop_on_stdin_eof: bool,
 }
 
 #[derive(Debug, Args)]

@@ -51,7 +51,11 @@ pub struct Invocation {
 #[derive(Debug)]
 enum Prepared {
     Check(CheckArgs),
-    Run(Box<AgentConfig>),
+    Run {
+        config: Box<AgentConfig>,
+        /// `--stop-on-stdin-eof`.
+        stop_on_stdin_eof: bool,
+    },
     Demo(DemoArgs),
     Status(StatusArgs),
     Call(CallArgs),
@@ -109,7 +113,11 @@ impl Invocation {
                     level: cfg.log.level.clone(),
                     flag_level: args.log_level,
                 };
-                (Prepared::Run(Box::new(cfg)), Some(log))
+                let run = Prepared::Run {
+                    config: Box::new(cfg),
+                    stop_on_stdin_eof: args.stop_on_stdin_eof,
+                };
+                (run, Some(log))
             }
         };
         Ok(Self { command, log })
@@ -143,7 +151,10 @@ impl Invocation {
                 };
                 exit_unless(ok && probed, 1)
             }
-            Prepared::Run(cfg) => block_on(run_daemon(*cfg)),
+            Prepared::Run {
+                config,
+                stop_on_stdin_eof,
+            } => block_on(run_daemon(*config, stop_on_stdin_eof)),
             Prepared::Demo(args) => {
                 let opts = demo::DemoOptions {
                     keep_running: args.keep_running,
@@ -227,8 +238,9 @@ fn exit_unless(ok: bool, code: u8) -> ExitCode {
     }
 }
 
-/// `neko-sidecar run`: the daemon until SIGTERM/SIGINT.
-async fn run_daemon(cfg: AgentConfig) -> Result<(), Box<dyn Error>> {
+/// `neko-sidecar run`: the daemon until SIGTERM/SIGINT (or, with
+/// `stop_on_stdin_eof`, the end of stdin).
+async fn run_daemon(cfg: AgentConfig, stop_on_stdin_eof: bool) -> Result<(), Box<dyn Error>> {
     let notifier = systemd::Notifier::from_env().unwrap_or_else(|e| {
         tracing::warn!("systemd notifications are off: {e}");
         systemd::Notifier::disabled()
@@ -238,6 +250,9 @@ async fn run_daemon(cfg: AgentConfig) -> Result<(), Box<dyn Error>> {
     // shutdown path, not kill the process with its tools registered.
     let (reload_tx, reload_rx) = daemon::reload_channel();
     daemon::signals::install(shutdown.clone(), reload_tx.clone())?;
+    if stop_on_stdin_eof {
+        daemon::signals::follow_stdin(shutdown.clone());
+    }
     let opts = daemon::DaemonOptions {
         notifier: Some(notifier),
         callback_listener: None,

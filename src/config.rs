@@ -226,7 +226,9 @@ fn build(
         let url = r
             .string("url")
             .and_then(|(u, sp)| validate_main_server_url(r, u, &sp))
-            .unwrap_or_else(|| DEFAULT_MAIN_SERVER_URL.to_string());
+            // Unset: where N.E.K.O says main_server is (its launcher's
+            // port choice, inherited through the environment).
+            .unwrap_or_else(|| crate::contract::main_server_url(|k| std::env::var(k).ok()));
         let request_timeout = positive(r, "request_timeout", Duration::from_secs(5));
         MainServerConfig {
             url,

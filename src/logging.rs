@@ -5,6 +5,12 @@
 //! config's `[log] level`. This module only installs the subscriber, and
 //! depends on no other module of the crate (the config reads its
 //! [`LogFormat`] and checks a level with [`parse_filter`]).
+//!
+//! A log whose reader is gone (stderr a pipe of a parent that died, as
+//! with N.E.K.O's plugin killed outright) loses its lines and nothing
+//! else: [`LossyStderr`] swallows the write error, which tracing-subscriber
+//! would otherwise report with an `eprintln!` that panics on the same
+//! broken pipe, in whatever task was logging (the shutdown's, then).
 
 use std::io::IsTerminal;
 
@@ -39,7 +45,7 @@ pub fn init(format: LogFormat, config_level: &str, flag_level: Option<&str>) {
     .unwrap_or_else(|| EnvFilter::new("info,rmcp=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| LossyStderr)
         .with_target(false);
     let _ = match format {
         LogFormat::Json => builder
@@ -55,6 +61,22 @@ pub fn init(format: LogFormat, config_level: &str, flag_level: Option<&str>) {
             .with_ansi(std::io::stderr().is_terminal())
             .try_init(),
     };
+}
+
+/// stderr, whose write errors are dropped with the line: a daemon must not
+/// stop working, or panic, because nobody reads its log any more.
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
 }
 
 /// Parses tracing filter directives (`info`, `neko_sidecar=debug,warn`)

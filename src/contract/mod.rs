@@ -6,7 +6,9 @@
 //!   of "How main_server builds `output`", and the text the model reads;
 //! - the image rules (`images`), with a real JPEG/PNG decode;
 //! - loopback, the `builtin` source that no client may use, and the
-//!   connection limit of main_server's callback client.
+//!   connection limit of main_server's callback client;
+//! - where main_server listens when nobody says (`main_server_url`): the
+//!   port N.E.K.O publishes in its environment, else 48911.
 //!
 //! Two copies of a rule drift, and then the tests prove the wrong thing: the
 //! stand-in (`devserver`) reads answers with this module, and the sidecar
@@ -74,10 +76,107 @@ pub(crate) fn url_host_is_loopback(u: &url::Url) -> bool {
     }
 }
 
+/// main_server's port when nothing overrides it (`MAIN_SERVER_PORT` in
+/// N.E.K.O's `config/network.py`).
+pub const DEFAULT_MAIN_SERVER_PORT: u16 = 48911;
+
+/// The variables N.E.K.O reads main_server's port from, first wins. Its
+/// launcher picks another port when 48911 is busy and exports the choice
+/// as `NEKO_MAIN_SERVER_PORT` to every server it starts, so plugin
+/// processes, and the sidecar a plugin starts, inherit it
+/// (`launcher_core/runtime.py`; reading order in `config/network.py`
+/// `_read_port_env` @1136f662).
+pub const MAIN_SERVER_PORT_VARS: [&str; 2] = ["NEKO_MAIN_SERVER_PORT", "MAIN_SERVER_PORT"];
+
+/// main_server's base URL as N.E.K.O itself works it out, from `env` (a
+/// lookup, so that this stays pure): the first of [`MAIN_SERVER_PORT_VARS`]
+/// that holds a port (what Python's `int()` reads, 1 to 65535; anything
+/// else is skipped, as upstream does), else [`DEFAULT_MAIN_SERVER_PORT`].
+/// Always loopback: main_server serves plugins on 127.0.0.1. (Upstream
+/// then falls back to the desktop app's `port_config.json`; the N.E.K.O
+/// plugin passes that choice on as `NEKO_MAIN_SERVER_PORT`.)
+pub fn main_server_url(env: impl Fn(&str) -> Option<String>) -> String {
+    let port = MAIN_SERVER_PORT_VARS
+        .iter()
+        .filter_map(|var| env(var))
+        .find_map(|raw| python_port(&raw))
+        .unwrap_or(DEFAULT_MAIN_SERVER_PORT);
+    format!("http://127.0.0.1:{port}")
+}
+
+/// A port as `1 <= int(raw) <= 65535` reads it in Python: surrounding
+/// whitespace, a sign and `_` between digits are allowed.
+fn python_port(raw: &str) -> Option<u16> {
+    let t = raw.trim();
+    let digits = t.strip_prefix('+').unwrap_or(t);
+    let well_formed = !digits.is_empty()
+        && !digits.starts_with('_')
+        && !digits.ends_with('_')
+        && !digits.contains("__")
+        && digits.chars().all(|c| c.is_ascii_digit() || c == '_');
+    if !well_formed {
+        return None;
+    }
+    let n: u64 = digits.replace('_', "").parse().ok()?;
+    u16::try_from(n).ok().filter(|p| *p >= 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn main_server_url_follows_nekos_reading_order() {
+        assert_eq!(main_server_url(env_of(&[])), "http://127.0.0.1:48911");
+        assert_eq!(
+            main_server_url(env_of(&[("MAIN_SERVER_PORT", "5000")])),
+            "http://127.0.0.1:5000"
+        );
+        // NEKO_ wins over the bare name.
+        assert_eq!(
+            main_server_url(env_of(&[
+                ("NEKO_MAIN_SERVER_PORT", "48920"),
+                ("MAIN_SERVER_PORT", "5000")
+            ])),
+            "http://127.0.0.1:48920"
+        );
+        // What int() reads.
+        for (raw, port) in [(" 48921 ", 48921), ("+48922", 48922), ("48_923", 48923)] {
+            assert_eq!(
+                main_server_url(env_of(&[("NEKO_MAIN_SERVER_PORT", raw)])),
+                format!("http://127.0.0.1:{port}"),
+                "{raw:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_value_that_is_no_port_is_skipped_as_upstream_does() {
+        for bad in ["", "0", "65536", "-1", "http", "0x10", "48_", "4__8", "1.5"] {
+            assert_eq!(
+                main_server_url(env_of(&[
+                    ("NEKO_MAIN_SERVER_PORT", bad),
+                    ("MAIN_SERVER_PORT", "5001")
+                ])),
+                "http://127.0.0.1:5001",
+                "{bad:?}"
+            );
+            assert_eq!(
+                main_server_url(env_of(&[("NEKO_MAIN_SERVER_PORT", bad)])),
+                "http://127.0.0.1:48911",
+                "{bad:?}"
+            );
+        }
+    }
 
     #[test]
     fn truthiness_is_pythons() {

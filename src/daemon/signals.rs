@@ -2,7 +2,10 @@
 //! on Windows Ctrl+C, Ctrl+Break, the console closing or the system shutting
 //! down) cancels the shutdown token (a second one exits at once), a reload
 //! request (SIGHUP; Windows has none) asks for a reload. `os` says which
-//! events a platform has.
+//! events a platform has. With `run --stop-on-stdin-eof`, the end of stdin
+//! is a stop too (`follow_stdin`): the parent that holds the pipe stops
+//! the sidecar by closing it, or by dying, and the sidecar never outlives
+//! it.
 //!
 //! The binary installs this; in-process tests drive the token and the reload
 //! channel directly. It never touches the daemon's state itself.
@@ -42,4 +45,19 @@ pub(crate) fn install(
             shutdown.cancel();
         }
     }))
+}
+
+/// Stops the daemon when stdin ends (end of file or a read error), on the
+/// same path as SIGTERM: one `clear`, calls drained, handlers' trees ended.
+/// A stop already under way is left alone: a parent that closes the pipe
+/// and then waits is not asking twice.
+pub(crate) fn follow_stdin(shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let why = tokio::select! {
+            why = crate::os::stdin_closed() => why,
+            () = shutdown.cancelled() => return,
+        };
+        tracing::info!("stdin closed ({why}): shutting down");
+        shutdown.cancel();
+    })
 }

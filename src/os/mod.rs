@@ -2,7 +2,8 @@
 //! platform this is (and what only some platforms have), the signals and
 //! console events that stop or reload the daemon, process trees, the
 //! transport of systemd's notify protocol, file identity, the open-files
-//! limit, and reading stdin without a blocked thread.
+//! limit, reading stdin without a blocked thread, and noticing that stdin
+//! has ended.
 //!
 //! This is the only module with `cfg(unix)`, `cfg(windows)` or
 //! `cfg(target_os = ...)` in its code: `unix.rs` (with `linux.rs` and
@@ -235,6 +236,62 @@ pub(crate) fn open_files_limit() -> Option<u64> {
 /// possible (a pipe on Unix is registered with the reactor).
 pub(crate) fn stdin() -> Box<dyn tokio::io::AsyncRead + Send + Unpin> {
     imp::stdin()
+}
+
+/// Resolves when this process's stdin ends (end of file) or cannot be
+/// read (a broken pipe, a closed handle), with what ended it, for the log;
+/// whatever arrives before is discarded. This is how a parent that holds
+/// the other end of a pipe stops the sidecar, by closing it or by dying:
+/// its end closes either way, on every platform (`run
+/// --stop-on-stdin-eof`).
+pub(crate) async fn stdin_closed() -> String {
+    imp::stdin_closed().await
+}
+
+/// Reads `input` to its end, discarding what it reads: what ended it.
+#[cfg_attr(windows, allow(dead_code))]
+async fn read_to_end_of(mut input: impl tokio::io::AsyncRead + Unpin) -> String {
+    use tokio::io::AsyncReadExt as _;
+    let mut buf = [0u8; 1024];
+    loop {
+        match input.read(&mut buf).await {
+            Ok(0) => return "end of file".to_string(),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return format!("read error: {e}"),
+        }
+    }
+}
+
+/// [`stdin_closed`] on a thread of its own, for a stdin the reactor cannot
+/// wait on. Not tokio's blocking pool: the runtime waits for that pool's
+/// threads when it shuts down, and a read of a stdin that stays open
+/// never returns; a plain thread ends with the process.
+async fn stdin_closed_on_thread() -> String {
+    use std::io::Read as _;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let watcher = std::thread::Builder::new()
+        .name("stdin-watch".into())
+        .spawn(move || {
+            let mut stdin = std::io::stdin();
+            let mut buf = [0u8; 1024];
+            let why = loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) => break "end of file".to_string(),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => break format!("read error: {e}"),
+                }
+            };
+            let _ = tx.send(why);
+        });
+    // Not following the parent would leave the sidecar running after it:
+    // a watcher that cannot start is a stop.
+    if let Err(e) = watcher {
+        return format!("stdin cannot be watched: {e}");
+    }
+    rx.await
+        .unwrap_or_else(|_| "the stdin watcher ended".to_string())
 }
 
 /// The socket of systemd's notify protocol: datagrams to a path or, with

@@ -86,15 +86,28 @@ pub(super) fn open_files_limit() -> Option<u64> {
 /// before the process could exit; a pipe is registered with the reactor
 /// instead. A terminal or a file keeps `stdin()`.
 pub(super) fn stdin() -> Box<dyn tokio::io::AsyncRead + Send + Unpin> {
+    match stdin_pipe() {
+        Some(pipe) => Box::new(pipe),
+        None => Box::new(tokio::io::stdin()),
+    }
+}
+
+/// stdin as a pipe on the reactor; `None` when it is not a pipe.
+fn stdin_pipe() -> Option<tokio::net::unix::pipe::Receiver> {
     use std::os::fd::AsFd as _;
-    let pipe = std::io::stdin()
+    std::io::stdin()
         .as_fd()
         .try_clone_to_owned()
         .ok()
-        .and_then(|fd| tokio::net::unix::pipe::Receiver::from_owned_fd(fd).ok());
-    match pipe {
-        Some(pipe) => Box::new(pipe),
-        None => Box::new(tokio::io::stdin()),
+        .and_then(|fd| tokio::net::unix::pipe::Receiver::from_owned_fd(fd).ok())
+}
+
+/// A pipe is waited on by the reactor; anything else (a terminal, a file,
+/// `/dev/null`) by a thread.
+pub(super) async fn stdin_closed() -> String {
+    match stdin_pipe() {
+        Some(pipe) => super::read_to_end_of(pipe).await,
+        None => super::stdin_closed_on_thread().await,
     }
 }
 

@@ -76,6 +76,14 @@ pub(super) fn stdin() -> Box<dyn tokio::io::AsyncRead + Send + Unpin> {
     Box::new(tokio::io::stdin())
 }
 
+/// An anonymous pipe cannot be waited on without a blocked read (it has
+/// no overlapped mode), so a thread reads it. When the process at the
+/// other end dies, the read fails with a broken pipe, which std reports as
+/// the end of the file.
+pub(super) async fn stdin_closed() -> String {
+    super::stdin_closed_on_thread().await
+}
+
 /// A Job Object that ends every process in it when its last handle closes
 /// (`KillOnDrop` asks for kill-on-close), so the tree goes even when the
 /// sidecar is killed outright; no console window per process.

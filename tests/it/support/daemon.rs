@@ -257,8 +257,14 @@ impl Sidecar {
     }
 
     /// Runs a prepared command (stdio and kill-on-drop are set here).
-    pub fn spawn_command(mut cmd: Command) -> Self {
-        cmd.stdin(Stdio::null())
+    pub fn spawn_command(cmd: Command) -> Self {
+        Self::spawn_with_stdin(cmd, Stdio::null())
+    }
+
+    /// Runs a prepared command with `stdin` as its standard input (the
+    /// read end of a pipe, for `run --stop-on-stdin-eof`).
+    pub fn spawn_with_stdin(mut cmd: Command, stdin: Stdio) -> Self {
+        cmd.stdin(stdin)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);

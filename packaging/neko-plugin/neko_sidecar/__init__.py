@@ -1,0 +1,355 @@
+"""neko-sidecar as a N.E.K.O plugin: starts the bundled executable with the
+plugin, stops it with the plugin, and nothing else.
+
+Written to N.E.K.O's plugin SDK as upstream has it (Project-N-E-K-O/N.E.K.O):
+the base class and decorators from ``plugin.sdk.plugin``
+(plugin/sdk/plugin/__init__.py @42b5e27b, decorators.py @0acd4438), the
+paths from the base class (plugin/sdk/plugin/base.py @0a46eaa5: ``plugin_dir``
+is the installed payload, replaced by an upgrade; ``runtime_config_path`` and
+``data_path()`` are the plugin's own state, which survives it). The host
+calls ``startup`` with no arguments and awaits it (10 s), and ``shutdown``
+with none, inside a stop budget of 1.5 s (plugin/core/host.py @685f1382).
+
+Dying together: the sidecar runs with ``--stop-on-stdin-eof`` and its stdin
+is a pipe only this process holds. The shutdown hook closes it; if this
+process is killed outright (no hook runs, and N.E.K.O ends no plugin's
+children), the pipe closes with it and the sidecar stops by itself, on every
+platform, with its tools unregistered.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from plugin.sdk.plugin import NekoPluginBase, lifecycle, neko_plugin
+
+PLUGIN_ID = "neko_sidecar"
+SOURCE = f"plugin:{PLUGIN_ID}"
+# The shutdown hook's share of N.E.K.O's 1.5 s stop budget: the sidecar's
+# own deadline (800 ms, in the default agent.toml) fits inside it.
+STOP_WAIT_SECONDS = 1.0
+# The first line of the manifest this plugin owns in the tools folder; a
+# file without it is the user's and is never touched.
+MANAGED_MARK = "# neko_sidecar plugin: managed file"
+MCP_IMPORT_MANIFEST = "neko_mcp_adapter.toml"
+# Windows: no console window for the sidecar (as qq_auto_reply starts NapCat).
+CREATE_NO_WINDOW = 0x08000000
+
+
+def bundled_executable(plugin_dir: Path) -> Path:
+    """The executable shipped for this platform, or a RuntimeError that
+    says what is shipped."""
+    machine = platform.machine().lower()
+    arch = {"x86_64": "x86_64", "amd64": "x86_64"}.get(machine)
+    if sys.platform == "win32":
+        system, name = "windows", "neko-sidecar.exe"
+    elif sys.platform.startswith("linux"):
+        system, name = "linux", "neko-sidecar"
+    elif sys.platform == "darwin":
+        raise RuntimeError(
+            "neko-sidecar: no macOS build is bundled in this package (it holds "
+            "Windows x86_64 and Linux x86_64). Build it from source "
+            "(cargo install --path .) and run `neko-sidecar run` beside N.E.K.O."
+        )
+    else:
+        raise RuntimeError(f"neko-sidecar: no build for {sys.platform} is bundled")
+    if arch is None:
+        raise RuntimeError(
+            f"neko-sidecar: no build for {system} {platform.machine()} is bundled "
+            "(only x86_64)"
+        )
+    exe = plugin_dir / "bin" / f"{system}-{arch}" / name
+    if not exe.is_file():
+        raise RuntimeError(f"neko-sidecar: the bundled executable {exe} is missing")
+    return exe
+
+
+def toml_string(value: str) -> str:
+    """A TOML basic string holding `value` (Windows paths have backslashes)."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def truthy_flag(value: object) -> bool:
+    """mcp_adapter's ``inject_mcp`` as N.E.K.O reads it
+    (main_routers/mcp_chat_injection_router.py ``_coerce_enabled_flag``
+    @580037b1)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return value != 0
+    if isinstance(value, str):
+        return value.strip().lower() in {"1", "true", "yes", "y", "on"}
+    return False
+
+
+def relative_to(path: Path, base: Path) -> str:
+    """`path` relative to the folder `base` (what the sidecar resolves a
+    relative path against), so the files keep working when N.E.K.O's data
+    folder moves; absolute where no relative path exists (another drive)."""
+    try:
+        return os.path.relpath(path, base)
+    except ValueError:
+        return str(path)
+
+
+def default_agent_toml(tools_dir: Path, config_dir: Path) -> str:
+    return f"""# neko-sidecar's config, written by the N.E.K.O plugin on its first start and
+# never again: edit it freely (restart the plugin to apply); delete it to get
+# this default back. Every key: agent.toml.example in the sidecar's README.
+
+# The tag of every tool this sidecar registers; main_server evicts a dead
+# callback's tools only for "plugin:" sources.
+source = "{SOURCE}"
+
+# Tool manifests: every *.toml file in this folder, applied within a second
+# of a save. neko_mcp_adapter.toml in it is the plugin's (see its first line).
+# (Relative to this file's folder: {tools_dir})
+manifest_dirs = [{toml_string(relative_to(tools_dir, config_dir))}]
+
+# [main_server] url is not set: the sidecar goes where N.E.K.O says, the port
+# its launcher exports (NEKO_MAIN_SERVER_PORT), else 48911.
+
+[shutdown]
+# N.E.K.O gives a stopping plugin 1.5 s: unregistering fits in this.
+deadline = "800ms"
+
+[admin]
+# The inspector page and /status: open http://127.0.0.1:48931/ in a browser.
+listen = "127.0.0.1:48931"
+"""
+
+
+@neko_plugin
+class NekoSidecarPlugin(NekoPluginBase):
+    """Starts ``neko-sidecar run`` in ``startup`` and stops it in ``shutdown``."""
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self._proc: subprocess.Popen | None = None
+        self._stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
+
+    # ------------------------------------------------------------------
+    # Where things are
+
+    def _config_dir(self) -> Path:
+        # The plugin's own config folder, next to the runtime plugin.toml
+        # N.E.K.O keeps for it; never plugin_dir, which an upgrade replaces.
+        return Path(self.runtime_config_path).parent
+
+    def _mcp_adapter_config(self) -> Path | None:
+        """mcp_adapter's runtime config: the same place as ours with its id
+        in place of ours (``<state>/plugins/mcp_adapter/config/plugin.toml``),
+        else the plugin.toml of N.E.K.O's built-in mcp_adapter, from which
+        that runtime config is seeded."""
+        ours = Path(self.runtime_config_path)
+        parts = list(ours.parts)
+        candidates: list[Path] = []
+        for i in range(len(parts) - 1, -1, -1):
+            if parts[i] == self.plugin_id:
+                candidates.append(Path(*parts[:i], "mcp_adapter", *parts[i + 1 :]))
+                break
+        for entry in sys.path:
+            if entry:
+                candidates.append(Path(entry) / "plugins" / "mcp_adapter" / "plugin.toml")
+        for path in candidates:
+            if path.is_file():
+                return path
+        return None
+
+    # ------------------------------------------------------------------
+    # First start and every start
+
+    def _prepare(self) -> Path:
+        """Writes what is missing (the default agent.toml, the tools folder
+        with its example) and the managed mcp_adapter import; returns the
+        agent.toml."""
+        config_dir = self._config_dir()
+        config_dir.mkdir(parents=True, exist_ok=True)
+        tools_dir = Path(self.data_path("tools"))
+        agent_toml = config_dir / "agent.toml"
+        if not tools_dir.exists():
+            self._seed_tools(tools_dir)
+        if not agent_toml.exists():
+            agent_toml.write_text(default_agent_toml(tools_dir, config_dir), encoding="utf-8")
+            self.logger.info(f"neko-sidecar: wrote the default config {agent_toml}")
+        self.logger.info(f"neko-sidecar: config {agent_toml}, tools folder {tools_dir}")
+        self._sync_mcp_import(tools_dir)
+        return agent_toml
+
+    def _seed_tools(self, tools_dir: Path) -> None:
+        """The tools folder with one example that needs nothing installed:
+        convert_units, run by the Python that runs N.E.K.O."""
+        tools_dir.mkdir(parents=True, exist_ok=True)
+        examples = Path(self.plugin_dir) / "examples"
+        python = sys.executable
+        if getattr(sys, "frozen", False) or not python or not (examples / "convert_units.py").is_file():
+            self.logger.info("neko-sidecar: no Python interpreter to run the example tool; tools folder left empty")
+            return
+        (tools_dir / "handlers").mkdir(exist_ok=True)
+        (tools_dir / "schemas").mkdir(exist_ok=True)
+        shutil.copyfile(examples / "convert_units.py", tools_dir / "handlers" / "convert_units.py")
+        shutil.copyfile(
+            examples / "convert_units.schema.json",
+            tools_dir / "schemas" / "convert_units.schema.json",
+        )
+        (tools_dir / "convert_units.toml").write_text(
+            "# An example tool, written by the neko_sidecar plugin on its first start:\n"
+            "# an exec handler in Python (N.E.K.O's own). Edit or delete it freely.\n\n"
+            "[[tool]]\n"
+            'name = "convert_units"\n'
+            'description = "Convert a quantity between units of length, mass or temperature."\n'
+            "timeout_seconds = 5\n"
+            'parameters_file = "schemas/convert_units.schema.json"\n'
+            f'handler = {{ type = "exec", command = [{toml_string(python)}, "handlers/convert_units.py"] }}\n',
+            encoding="utf-8",
+        )
+
+    def _sync_mcp_import(self, tools_dir: Path) -> None:
+        """The manifest that imports mcp_adapter's servers: written while
+        mcp_adapter has a config and its own chat injection is off; removed
+        otherwise (with inject_mcp on, mcp_adapter registers those servers'
+        tools itself, under plugin:mcp_adapter, and ours would be a second
+        copy of each). A file without the mark is the user's: left alone."""
+        manifest = tools_dir / MCP_IMPORT_MANIFEST
+        ours = not manifest.exists() or manifest.read_text(encoding="utf-8", errors="replace").startswith(MANAGED_MARK)
+        if not ours:
+            self.logger.info(f"neko-sidecar: {manifest} is yours (no managed mark): left as it is")
+            return
+        source = self._mcp_adapter_config()
+        why_not = None
+        if source is None:
+            why_not = "N.E.K.O's MCP adapter has no config here"
+        else:
+            try:
+                with source.open("rb") as f:
+                    adapter = tomllib.load(f).get("mcp_adapter", {})
+            except (OSError, tomllib.TOMLDecodeError) as e:
+                adapter = {}
+                self.logger.warning(f"neko-sidecar: cannot read {source}: {e}")
+            if isinstance(adapter, dict) and truthy_flag(adapter.get("inject_mcp", False)):
+                why_not = (
+                    "the MCP adapter's own chat injection (inject_mcp) is on and registers "
+                    "its servers' tools itself; importing them too would list each tool twice"
+                )
+        if why_not is not None:
+            if manifest.exists():
+                manifest.unlink()
+            self.logger.info(f"neko-sidecar: not importing the MCP adapter's servers: {why_not}")
+            return
+        text = (
+            f"{MANAGED_MARK} (rewritten at every start; delete this line to keep your edits).\n"
+            "# The MCP servers of N.E.K.O's MCP adapter, bridged by the sidecar; removed\n"
+            "# while the adapter's own chat injection (inject_mcp) is on.\n\n"
+            "[[mcp_import]]\n"
+            f"# {source}\n"
+            f"path = {toml_string(relative_to(source, tools_dir))}\n"
+        )
+        if not manifest.exists() or manifest.read_text(encoding="utf-8") != text:
+            manifest.write_text(text, encoding="utf-8")
+        self.logger.info(f"neko-sidecar: importing the MCP adapter's servers from {source}")
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if not env.get("NEKO_MAIN_SERVER_PORT"):
+            # Where N.E.K.O's own code puts main_server when the launcher
+            # exported nothing (its config module also reads the desktop
+            # app's port_config.json, config/network.py @1136f662).
+            try:
+                from config import MAIN_SERVER_PORT  # N.E.K.O's config package
+
+                env["NEKO_MAIN_SERVER_PORT"] = str(int(MAIN_SERVER_PORT))
+            except Exception:
+                pass
+        return env
+
+    # ------------------------------------------------------------------
+    # Hooks
+
+    @lifecycle(id="startup")
+    async def startup(self):
+        if self._proc is not None and self._proc.poll() is None:
+            return
+        exe = bundled_executable(Path(self.plugin_dir))
+        if sys.platform != "win32":
+            # N.E.K.O's installer writes files with a plain open("wb"): the
+            # executable arrives without its exec bit.
+            if not os.access(exe, os.X_OK):
+                try:
+                    exe.chmod(exe.stat().st_mode | 0o755)
+                except OSError as e:
+                    raise RuntimeError(f"neko-sidecar: cannot make {exe} executable: {e}") from e
+        agent_toml = self._prepare()
+        argv = [str(exe), "run", "--config", str(agent_toml), "--stop-on-stdin-eof"]
+        extra = {"creationflags": CREATE_NO_WINDOW} if sys.platform == "win32" else {}
+        self._proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            cwd=str(agent_toml.parent),
+            env=self._environment(),
+            **extra,
+        )
+        threading.Thread(target=self._relay_stderr, args=(self._proc,), name="neko-sidecar-log", daemon=True).start()
+        self.logger.info(f"neko-sidecar: started {exe} (pid {self._proc.pid})")
+        try:
+            code = self._proc.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            self.register_static_ui("static")
+            return
+        tail = "\n".join(self._stderr_tail)
+        self._proc = None
+        raise RuntimeError(f"neko-sidecar exited at once with status {code}:\n{tail}")
+
+    @lifecycle(id="shutdown")
+    def shutdown(self):
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            proc.stdin.close()  # the stop request: unregister, then exit
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=STOP_WAIT_SECONDS)
+            self.logger.info(f"neko-sidecar: stopped (status {proc.returncode})")
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        self.logger.warning("neko-sidecar: still running after its stop budget; killing it")
+        if sys.platform == "win32":
+            subprocess.run(
+                ["taskkill", "/PID", str(proc.pid), "/T", "/F"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                creationflags=CREATE_NO_WINDOW,
+                check=False,
+            )
+        else:
+            proc.kill()
+        try:
+            proc.wait(timeout=0.3)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def _relay_stderr(self, proc: subprocess.Popen) -> None:
+        """The sidecar's log lines into the plugin's log (N.E.K.O's plugin
+        manager shows it); the last ones are kept for a failed start."""
+        for raw in proc.stderr:
+            line = raw.decode("utf-8", errors="replace").rstrip()
+            if line:
+                self._stderr_tail.append(line)
+                self.logger.info(f"[neko-sidecar] {line}")
