@@ -29,7 +29,7 @@ use super::process::{self, ServerProcess};
 use super::sse::SseTransport;
 use super::tools::{Listed, Rejected};
 use crate::backoff::{BackoffPolicy, Jitter, Retry};
-use crate::manifest::{HttpKind, McpServerSpec, McpTransport};
+use crate::manifest::{HttpKind, HttpOptions, McpServerSpec, McpTransport, remote};
 
 /// After this long up, a server that dies is restarted after the initial
 /// backoff again, not after the last delay.
@@ -155,6 +155,10 @@ pub(crate) struct Session {
     /// legacy HTTP+SSE transport: its restarts go there at once, until a
     /// start there fails.
     sse_found: Mutex<bool>,
+    /// What must never be shown (header values, the URL's query values
+    /// and password): scrubbed from every error before it is logged,
+    /// kept in the status or sent to the model.
+    secrets: Vec<String>,
 }
 
 impl Session {
@@ -177,7 +181,12 @@ impl Session {
             filtered: 0,
             listed_at: None,
         };
+        let secrets = match &spec.transport {
+            McpTransport::Http { url, headers, .. } => remote::secrets_of(url, headers),
+            McpTransport::Stdio { .. } => Vec::new(),
+        };
         Arc::new(Self {
+            secrets,
             slots: spec.max_concurrency.map(|n| Semaphore::new(n.get())),
             spec,
             status: Mutex::new(status),
@@ -223,6 +232,11 @@ impl Session {
         self.stop.cancel();
     }
 
+    /// `text` with this server's secrets replaced by `…`.
+    fn scrub(&self, text: &str) -> String {
+        remote::scrub(text, &self.secrets)
+    }
+
     fn update(&self, f: impl FnOnce(&mut ServerStatus)) {
         f(&mut lock(&self.status));
     }
@@ -262,7 +276,7 @@ impl Session {
             }),
             Err(e) => {
                 self.broken.notify_one();
-                Err(CallError::Lost(e.to_string()))
+                Err(CallError::Lost(self.scrub(&e.to_string())))
             }
         }
     }
@@ -297,6 +311,7 @@ impl Session {
             let Err(error) = outcome else {
                 break; // stopped
             };
+            let error = self.scrub(&error);
             if started.elapsed() >= STABLE_UPTIME {
                 retry.reset();
             }
@@ -377,9 +392,14 @@ impl Session {
                         Handshake::Stopped => return Ok(()),
                     }
                 }
-                McpTransport::Http { url, headers, kind } => {
+                McpTransport::Http {
+                    url,
+                    headers,
+                    kind,
+                    options,
+                } => {
                     let ended = self
-                        .connect_http(url, headers, *kind, &mut known, budget, &handler)
+                        .connect_http(url, headers, *kind, options, &mut known, budget, &handler)
                         .await;
                     *lock(&self.generation) = known;
                     match ended {
@@ -502,16 +522,25 @@ impl Session {
     /// answered with an HTTP 4xx, the legacy HTTP+SSE transport by a GET,
     /// as the MCP specification asks of clients (see `handshake`); what was
     /// found is kept for the restarts. `Ok(None)`: stopped.
+    #[allow(clippy::too_many_arguments)] // reason: one server's table and the session's state, read once
     async fn connect_http(
         &self,
         url: &str,
         headers: &std::collections::BTreeMap<String, String>,
         kind: HttpKind,
+        options: &HttpOptions,
         known: &mut Generation,
         budget: Duration,
         handler: &impl Fn() -> Listener,
     ) -> Result<Option<RunningService<RoleClient, Listener>>, String> {
-        let client = http_client()?;
+        let parsed = reqwest::Url::parse(url).map_err(|e| format!("the URL is not a URL: {e}"))?;
+        // The URL as it may be shown: its query may hold an API key.
+        let shown = remote::redact_url(url);
+        let server_client = crate::tls::server_client(&parsed, options)?;
+        let client = server_client.http.clone();
+        // A refused certificate explains a failure better than the
+        // transport's "error sending request".
+        let why = |e: String| server_client.take_refusal().unwrap_or(e);
         let headers = header_map(headers)?;
         let sse_first = match kind {
             HttpKind::Sse => true,
@@ -544,16 +573,19 @@ impl Session {
                 Handshake::HttpClientError(e) if kind == HttpKind::Detect => {
                     tracing::info!(
                         mcp_server = %self.spec.name,
-                        "the URL answered the POST of the handshake with an HTTP 4xx ({e}): trying the legacy HTTP+SSE transport (MCP 2024-11-05) with a GET"
+                        "the URL answered the POST of the handshake with an HTTP 4xx ({}): trying the legacy HTTP+SSE transport (MCP 2024-11-05) with a GET",
+                        self.scrub(&e)
                     );
                     streamable_failed = Some(e);
                 }
                 Handshake::HttpClientError(e) => {
                     return Err(format!(
-                        "cannot connect to {url}: {e} (a server of the legacy HTTP+SSE transport answers so: then say transport = \"sse\", or leave `transport` out to have it tried)"
+                        "cannot connect to {shown}: {e} (a server of the legacy HTTP+SSE transport answers so: then say transport = \"sse\", or leave `transport` out to have it tried)"
                     ));
                 }
-                Handshake::Failed(e) => return Err(format!("cannot connect to {url}: {e}")),
+                Handshake::Failed(e) => {
+                    return Err(format!("cannot connect to {shown}: {}", why(e)));
+                }
             }
         }
         // The HTTP+SSE transport is of the 2024-11-05 generation: its
@@ -600,11 +632,12 @@ impl Session {
             Handshake::Stopped => Ok(None),
             Handshake::Failed(e) | Handshake::HttpClientError(e) => {
                 *lock(&self.sse_found) = false;
+                let e = why(e);
                 Err(match streamable_failed {
                     Some(first) => format!(
-                        "cannot connect to {url}: over Streamable HTTP, {first}; then over the HTTP+SSE transport, {e}"
+                        "cannot connect to {shown}: over Streamable HTTP, {first}; then over the HTTP+SSE transport, {e}"
                     ),
-                    None => format!("cannot connect to {url} over the HTTP+SSE transport: {e}"),
+                    None => format!("cannot connect to {shown} over the HTTP+SSE transport: {e}"),
                 })
             }
         }
@@ -732,17 +765,6 @@ impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
-}
-
-/// The HTTP client of a `url` server, for either transport. Loopback
-/// only, no proxies, no TLS: as the http handler's client.
-fn http_client() -> Result<reqwest::Client, String> {
-    reqwest::Client::builder()
-        .no_proxy()
-        // A redirect could lead off loopback, past the manifest's check.
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))
 }
 
 /// A `url` server's `headers` as HTTP headers (their values never in the

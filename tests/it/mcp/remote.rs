@@ -1,0 +1,155 @@
+//! Remote MCP servers over https: the stand-in MCP server (Streamable HTTP
+//! and the legacy HTTP+SSE transport) behind a TLS front whose certificate
+//! a test CA made in the test signed, trusted through `ca_file`; refused
+//! certificates (unknown CA, expired, another name) with their reason in
+//! the status and in `check --probe`.
+
+use neko_sidecar::devmcp::{self, DevMcpOptions, HTTP_PATH, SSE_PATH, SseEndpoint};
+use neko_sidecar::mcp::Phase;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
+
+use crate::support::daemon::clean_env;
+use crate::support::mcp::*;
+use crate::support::tls::{TestCa, TlsFront, Validity};
+use crate::support::{BIN, WAIT, Workspace};
+
+/// The stand-in MCP server over Streamable HTTP on a plain port-0
+/// listener; stops when the token drops.
+pub(crate) async fn plain_http_backend() -> (std::net::SocketAddr, tokio_util::sync::DropGuard) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    tokio::spawn(devmcp::serve_http(
+        listener,
+        DevMcpOptions::default(),
+        stop.clone(),
+    ));
+    (addr, stop.drop_guard())
+}
+
+/// `ca_file = "PATH"` as a TOML line.
+fn ca_line(path: &std::path::Path) -> String {
+    format!("ca_file = {:?}", path.display().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamable_http_server_over_https_trusted_through_its_ca_file_is_registered_and_called()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("neko test CA");
+    let ca_file = ca.write_pem(dir.path(), "ca");
+    let (backend, _backend) = plain_http_backend().await;
+    let front = TlsFront::start(
+        backend,
+        ca.server_cert(&["localhost"], Validity::Current),
+    )
+    .await;
+    let url = format!("https://localhost:{}{HTTP_PATH}", front.addr.port());
+    let rig = Rig::start(&http_server("web", &url, &ca_line(&ca_file))).await;
+    let all = prefixed("web_", &DEV_TOOLS);
+    wait_ours(&rig.h, &all).await;
+    let s = rig.status("web");
+    assert_eq!(s.transport, format!("http {url}"));
+    assert_eq!(s.phase, Phase::Ready, "{s:#?}");
+    echoed(
+        &rig.call("web_echo", json!({"text": "over https"})).await,
+        "over https",
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_sse_server_over_https_trusted_through_its_ca_file_is_registered_and_called() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("neko test CA");
+    let ca_file = ca.write_pem(dir.path(), "ca");
+    let sse = SseMcp::start(SseEndpoint::Relative).await;
+    let backend = sse.url.trim_start_matches("http://").trim_end_matches(SSE_PATH);
+    let front = TlsFront::start(
+        backend.parse().unwrap(),
+        ca.server_cert(&["localhost"], Validity::Current),
+    )
+    .await;
+    let url = format!("https://localhost:{}{SSE_PATH}", front.addr.port());
+    let rig = Rig::start(&sse_server("old", &url, &ca_line(&ca_file))).await;
+    wait_ours(&rig.h, &prefixed("old_", &DEV_TOOLS)).await;
+    assert_eq!(rig.status("old").transport, format!("sse {url}"));
+    echoed(
+        &rig.call("old_echo", json!({"text": "sse over https"})).await,
+        "sse over https",
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_not_trusted_expired_or_for_another_name_are_refused_with_their_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("neko test CA");
+    let ca_file = ca.write_pem(dir.path(), "ca");
+    let stranger = TestCa::new("a CA nobody trusts");
+    let (backend, _backend) = plain_http_backend().await;
+    let untrusted = TlsFront::start(
+        backend,
+        stranger.server_cert(&["localhost"], Validity::Current),
+    )
+    .await;
+    let expired = TlsFront::start(backend, ca.server_cert(&["localhost"], Validity::Expired)).await;
+    let elsewhere = TlsFront::start(
+        backend,
+        ca.server_cert(&["other.example"], Validity::Current),
+    )
+    .await;
+    let url = |f: &TlsFront| format!("https://localhost:{}{HTTP_PATH}", f.addr.port());
+    let manifest = [
+        http_server("untrusted", &url(&untrusted), ""),
+        http_server("expired", &url(&expired), &ca_line(&ca_file)),
+        http_server("elsewhere", &url(&elsewhere), &ca_line(&ca_file)),
+    ]
+    .concat();
+    let rig = Rig::start(&manifest).await;
+    let reason = |name: &str| {
+        let rig = &rig;
+        let name = name.to_string();
+        async move {
+            rig.wait_server(&name, "a failed connection", |s| s.last_error.is_some())
+                .await
+                .last_error
+                .unwrap()
+        }
+    };
+    let why = reason("untrusted").await;
+    for part in [
+        "the certificate that localhost presented",
+        "is not trusted",
+        "set `ca_file`",
+    ] {
+        assert!(why.contains(part), "{part:?} missing: {why}");
+    }
+    let why = reason("expired").await;
+    assert!(why.contains("has expired"), "{why}");
+    assert!(why.contains("localhost"), "{why}");
+    let why = reason("elsewhere").await;
+    assert!(why.contains("is for another name"), "{why}");
+    assert!(why.contains("localhost"), "{why}");
+    assert!(rig.statuses().iter().all(|s| s.tools.is_empty()));
+
+    // `check --probe` says the same, at once.
+    let ws = Workspace::new();
+    ws.write_tool("mcp.toml", &http_server("untrusted", &url(&untrusted), ""));
+    let config = ws.write_config(&fast_agent(&ws, "http://127.0.0.1:9"));
+    let mut cmd = Command::new(BIN);
+    cmd.arg("check").arg("--probe").arg("--config").arg(&config);
+    clean_env(&mut cmd);
+    cmd.kill_on_drop(true);
+    let out = tokio::time::timeout(WAIT, cmd.output())
+        .await
+        .expect("check --probe ends")
+        .expect("running check --probe");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("is not trusted"), "{stdout}");
+    assert!(stdout.contains("set `ca_file`"), "{stdout}");
+}
