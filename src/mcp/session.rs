@@ -185,6 +185,7 @@ impl Session {
             McpTransport::Http { url, headers, .. } => remote::secrets_of(url, headers),
             McpTransport::Stdio { .. } => Vec::new(),
         };
+        crate::logging::keep_out(&secrets);
         Arc::new(Self {
             secrets,
             slots: spec.max_concurrency.map(|n| Semaphore::new(n.get())),

@@ -22,9 +22,9 @@ mod answers;
 mod http;
 mod import;
 mod probe;
-mod remote;
 #[cfg(target_os = "linux")]
 mod process;
+mod remote;
 mod slow;
 mod sse;
 mod status;

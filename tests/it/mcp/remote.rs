@@ -42,11 +42,7 @@ async fn a_streamable_http_server_over_https_trusted_through_its_ca_file_is_regi
     let ca = TestCa::new("neko test CA");
     let ca_file = ca.write_pem(dir.path(), "ca");
     let (backend, _backend) = plain_http_backend().await;
-    let front = TlsFront::start(
-        backend,
-        ca.server_cert(&["localhost"], Validity::Current),
-    )
-    .await;
+    let front = TlsFront::start(backend, ca.server_cert(&["localhost"], Validity::Current)).await;
     let url = format!("https://localhost:{}{HTTP_PATH}", front.addr.port());
     let rig = Rig::start(&http_server("web", &url, &ca_line(&ca_file))).await;
     let all = prefixed("web_", &DEV_TOOLS);
@@ -67,7 +63,10 @@ async fn a_legacy_sse_server_over_https_trusted_through_its_ca_file_is_registere
     let ca = TestCa::new("neko test CA");
     let ca_file = ca.write_pem(dir.path(), "ca");
     let sse = SseMcp::start(SseEndpoint::Relative).await;
-    let backend = sse.url.trim_start_matches("http://").trim_end_matches(SSE_PATH);
+    let backend = sse
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches(SSE_PATH);
     let front = TlsFront::start(
         backend.parse().unwrap(),
         ca.server_cert(&["localhost"], Validity::Current),
@@ -78,7 +77,8 @@ async fn a_legacy_sse_server_over_https_trusted_through_its_ca_file_is_registere
     wait_ours(&rig.h, &prefixed("old_", &DEV_TOOLS)).await;
     assert_eq!(rig.status("old").transport, format!("sse {url}"));
     echoed(
-        &rig.call("old_echo", json!({"text": "sse over https"})).await,
+        &rig.call("old_echo", json!({"text": "sse over https"}))
+            .await,
         "sse over https",
     )
     .unwrap();
@@ -152,4 +152,135 @@ async fn certificates_not_trusted_expired_or_for_another_name_are_refused_with_t
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("is not trusted"), "{stdout}");
     assert!(stdout.contains("set `ca_file`"), "{stdout}");
+}
+
+/// Point 5: an API key in a header and one in the URL's query, both from
+/// `${VAR}`s, appear on no surface: log lines (at debug), `/status`,
+/// `/metrics`, the inspector's page and parts, `status` and `status
+/// --json`, `check`, `check --probe`, and the error text the model reads
+/// while the server is down; the URL shows as `?key=…`.
+#[cfg(unix)] // the sidecar as a child, its stderr read whole
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_in_a_header_and_in_the_query_appear_on_no_surface() {
+    use crate::support::daemon::{Sidecar, run_command};
+    use crate::support::{dev_server, http_client, refused_port};
+
+    const IN_HEADER: &str = "hdr-s3cret-5f1c0b7e";
+    const IN_QUERY: &str = "qry-s3cret-9a2e44d1";
+    let env = [
+        ("NEKO_TEST_HEADER_KEY", IN_HEADER),
+        ("NEKO_TEST_QUERY_KEY", IN_QUERY),
+        ("RUST_LOG", "info,neko_sidecar=debug"),
+    ];
+    let h = dev_server().await;
+    let (backend, backend_guard) = plain_http_backend().await;
+    let url = format!("http://{backend}{HTTP_PATH}?key=${{NEKO_TEST_QUERY_KEY}}&v=2");
+    let shown = format!("http://{backend}{HTTP_PATH}?key=…&v=…");
+    let ws = Workspace::new();
+    ws.write_tool(
+        "mcp.toml",
+        &http_server(
+            "keyed",
+            &url,
+            "headers = { Authorization = \"Bearer ${NEKO_TEST_HEADER_KEY}\" }",
+        ),
+    );
+    let admin = format!("127.0.0.1:{}", refused_port());
+    let mut agent = fast_agent(&ws, &h.url());
+    agent.admin_listen = admin.clone();
+    let config = ws.write_config(&agent);
+    let mut cmd = run_command(&config);
+    cmd.envs(env);
+    let mut sidecar = Sidecar::spawn_command(cmd);
+    wait_ours(&h, &prefixed("keyed_", &DEV_TOOLS)).await;
+    // The server goes: every later try fails with reqwest's error, which
+    // names the URL it was sending to.
+    drop(backend_guard);
+    let down = eventually("a call to fail", || async {
+        let a = crate::support::invoke(
+            &h,
+            crate::support::call("keyed_echo", json!({"text": "hi"})),
+        )
+        .await;
+        if a.is_error {
+            Ok(a.model_text)
+        } else {
+            Err(a.model_text)
+        }
+    })
+    .await;
+    sidecar
+        .wait_log("a failed reconnection", |l| l.contains("cannot connect to"))
+        .await;
+
+    let http = http_client();
+    let get = |path: &str| {
+        let http = http.clone();
+        let url = format!("http://{admin}{path}");
+        async move { http.get(url).send().await.unwrap().text().await.unwrap() }
+    };
+    let status = get("/status").await;
+    assert!(status.contains(&shown), "{status}");
+    let mut surfaces = vec![
+        ("the model's error text", down),
+        ("/status", status),
+        ("/metrics", get("/metrics").await),
+        ("the inspector", get("/").await),
+        ("the inspector's status", get("/ui/status").await),
+        ("the inspector's tools", get("/ui/tools").await),
+    ];
+    for (what, args) in [
+        ("status", vec!["status", "--admin", admin.as_str()]),
+        (
+            "status --json",
+            vec!["status", "--json", "--admin", admin.as_str()],
+        ),
+    ] {
+        let out = Command::new(BIN).args(&args).output().await.unwrap();
+        surfaces.push((
+            what,
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        ));
+    }
+    for (what, args) in [
+        ("check", vec!["check"]),
+        ("check --probe", vec!["check", "--probe"]),
+    ] {
+        let mut cmd = Command::new(BIN);
+        cmd.args(&args).arg("--config").arg(&config);
+        clean_env(&mut cmd);
+        cmd.envs(env);
+        let out = tokio::time::timeout(WAIT, cmd.output())
+            .await
+            .unwrap()
+            .unwrap();
+        surfaces.push((
+            what,
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        ));
+    }
+    sidecar.signal(rustix::process::Signal::TERM);
+    sidecar.exit_within(WAIT).await;
+    surfaces.push(("the log", sidecar.stderr().join("\n")));
+    for (what, text) in &surfaces {
+        for secret in [IN_HEADER, IN_QUERY] {
+            assert!(!text.contains(secret), "{what} shows {secret}:\n{text}");
+        }
+    }
+    let probe = &surfaces
+        .iter()
+        .find(|(w, _)| *w == "check --probe")
+        .unwrap()
+        .1;
+    assert!(probe.contains("cannot connect to"), "{probe}");
+    let log = &surfaces.last().unwrap().1;
+    assert!(log.contains(&shown), "{log}");
 }

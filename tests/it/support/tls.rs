@@ -70,9 +70,10 @@ impl TestCa {
                 Err(_) => SanType::DnsName((*n).try_into().unwrap()),
             });
         }
-        params
-            .distinguished_name
-            .push(DnType::CommonName, names.first().copied().unwrap_or("server"));
+        params.distinguished_name.push(
+            DnType::CommonName,
+            names.first().copied().unwrap_or("server"),
+        );
         match validity {
             Validity::Current => {
                 params.not_before = date_time_ymd(2020, 1, 1);
@@ -237,7 +238,9 @@ impl ConnectProxy {
                     let mut client = client.into_inner();
                     if method != "CONNECT" {
                         let _ = client
-                            .write_all(b"HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n")
+                            .write_all(
+                                b"HTTP/1.1 405 Method Not Allowed\r\ncontent-length: 0\r\n\r\n",
+                            )
                             .await;
                         return;
                     }
