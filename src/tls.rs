@@ -312,12 +312,12 @@ fn explain(
         .collect();
     let name = name.to_str();
     let which = format!("the certificate that {name} presented (SHA-256 {sha}…)");
-    let trusted_by = match ca_file {
+    let untrusted_by = match ca_file {
         Some(p) => format!(
-            "this machine's certificate store nor the ca_file {}",
+            "neither this machine's certificate store nor the ca_file {} trusts",
             p.display()
         ),
-        None => "this machine's certificate store".to_string(),
+        None => "this machine's certificate store does not trust".to_string(),
     };
     let ca_hint = match ca_file {
         Some(_) => "check that the ca_file holds the CA that signed the server's certificate",
@@ -326,9 +326,9 @@ fn explain(
         }
     };
     match error {
-        TlsError::InvalidCertificate(CertificateError::UnknownIssuer) => format!(
-            "{which} is not trusted: it is signed by a CA that neither {trusted_by} trusts; {ca_hint}"
-        ),
+        TlsError::InvalidCertificate(CertificateError::UnknownIssuer) => {
+            format!("{which} is not trusted: it is signed by a CA that {untrusted_by}; {ca_hint}")
+        }
         TlsError::InvalidCertificate(
             e @ (CertificateError::Expired | CertificateError::ExpiredContext { .. }),
         ) => format!(

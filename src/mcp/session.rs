@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::handshake::{Generation, Handshake, handshake};
 use super::process::{self, ServerProcess};
+use super::remote_http::{LastFailure, RemoteHttp};
 use super::sse::SseTransport;
 use super::tools::{Listed, Rejected};
 use crate::backoff::{BackoffPolicy, Jitter, Retry};
@@ -539,9 +540,22 @@ impl Session {
         let shown = remote::redact_url(url);
         let server_client = crate::tls::server_client(&parsed, options)?;
         let client = server_client.http.clone();
-        // A refused certificate explains a failure better than the
-        // transport's "error sending request".
-        let why = |e: String| server_client.take_refusal().unwrap_or(e);
+        let remote = RemoteHttp {
+            http: client.clone(),
+            last: LastFailure::default(),
+        };
+        // A refused certificate explains a failure better than anything;
+        // then the cause of the last failed request (refused, timed out,
+        // a proxy's answer), which rmcp's error leaves out.
+        let why = |e: String| match server_client.take_refusal() {
+            Some(refused) => refused,
+            None => match remote.last.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                Some(cause) if !e.contains(&cause) => {
+                    format!("{e} ({cause}{})", timeout_hint(&cause, options))
+                }
+                _ => e,
+            },
+        };
         let headers = header_map(headers)?;
         let sse_first = match kind {
             HttpKind::Sse => true,
@@ -553,7 +567,7 @@ impl Session {
             // Each try on a session of its own: nothing abandoned on one
             // can answer on the next.
             let open =
-                || std::future::ready(Ok((http_transport(client.clone(), url, &headers), ())));
+                || std::future::ready(Ok((http_transport(remote.clone(), url, &headers), ())));
             let close = |()| std::future::ready(String::new());
             match handshake(
                 &self.spec.name,
@@ -768,6 +782,24 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// Which of a server's timeouts a failed request's cause ran into, in
+/// words, or nothing.
+fn timeout_hint(cause: &str, options: &HttpOptions) -> String {
+    if !cause.contains("timed out") {
+        String::new()
+    } else if cause.contains("(Connect)") {
+        format!(
+            ": the connection (TCP and TLS handshake) took longer than connect_timeout_seconds = {}",
+            options.connect_timeout.as_secs_f64()
+        )
+    } else {
+        format!(
+            ": the server sent nothing for read_timeout_seconds = {}",
+            options.read_timeout.as_secs_f64()
+        )
+    }
+}
+
 /// A `url` server's `headers` as HTTP headers (their values never in the
 /// error).
 fn header_map(
@@ -785,10 +817,10 @@ fn header_map(
 }
 
 fn http_transport(
-    client: reqwest::Client,
+    client: RemoteHttp,
     url: &str,
     headers: &http::HeaderMap,
-) -> rmcp::transport::StreamableHttpClientTransport<reqwest::Client> {
+) -> rmcp::transport::StreamableHttpClientTransport<RemoteHttp> {
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
     let headers = headers
         .iter()

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support::daemon::clean_env;
 use crate::support::mcp::*;
-use crate::support::tls::{TestCa, TlsFront, Validity};
+use crate::support::tls::{Silent, TestCa, TlsFront, Validity};
 use crate::support::{BIN, WAIT, Workspace};
 
 /// The stand-in MCP server over Streamable HTTP on a plain port-0
@@ -283,4 +283,87 @@ async fn secrets_in_a_header_and_in_the_query_appear_on_no_surface() {
     assert!(probe.contains("cannot connect to"), "{probe}");
     let log = &surfaces.last().unwrap().1;
     assert!(log.contains(&shown), "{log}");
+}
+
+/// Point 6: a server whose TLS handshake never ends fails at its
+/// `connect_timeout_seconds`, one whose answer never comes at its
+/// `read_timeout_seconds`; neither holds up the stdio server beside them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_and_read_timeouts_end_a_silent_server_and_the_others_are_not_held_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("neko test CA");
+    let ca_file = ca.write_pem(dir.path(), "ca");
+    let silent = Silent::start().await;
+    // TLS completes, then the request is never answered.
+    let mute = Silent::start().await;
+    let front = TlsFront::start(mute.addr, ca.server_cert(&["localhost"], Validity::Current)).await;
+    let manifest = [
+        stdio_server("dev", &[], ""),
+        http_server(
+            "handshake",
+            &format!("https://localhost:{}{HTTP_PATH}", silent.addr.port()),
+            "connect_timeout_seconds = 0.5",
+        ),
+        http_server(
+            "answer",
+            &format!("https://localhost:{}{HTTP_PATH}", front.addr.port()),
+            &format!("read_timeout_seconds = 0.5\n{}", ca_line(&ca_file)),
+        ),
+    ]
+    .concat();
+    let rig = Rig::start(&manifest).await;
+    wait_ours(&rig.h, &prefixed("dev_", &DEV_TOOLS)).await;
+    for name in ["handshake", "answer"] {
+        let s = rig
+            .wait_server(name, "a failed connection", |s| s.last_error.is_some())
+            .await;
+        let why = s.last_error.unwrap();
+        let key = if name == "handshake" {
+            "connect_timeout_seconds = 0.5"
+        } else {
+            "read_timeout_seconds = 0.5"
+        };
+        assert!(why.contains("timed out"), "{name}: {why}");
+        assert!(why.contains(key), "{name}: {why}");
+    }
+    assert!(*silent.accepted.lock().unwrap() >= 1);
+}
+
+/// Point 6: SIGTERM clears within the shutdown budget while a TLS
+/// handshake hangs (connect timeout far beyond the budget).
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_clears_in_its_budget_while_a_tls_handshake_hangs() {
+    use crate::support::daemon::Sidecar;
+    use crate::support::dev_server;
+
+    let h = dev_server().await;
+    let silent = Silent::start().await;
+    let ws = Workspace::new();
+    ws.write_tool(
+        "mcp.toml",
+        &[
+            stdio_server("dev", &[], ""),
+            http_server(
+                "hung",
+                &format!("https://localhost:{}{HTTP_PATH}", silent.addr.port()),
+                "connect_timeout_seconds = 600\nstartup_timeout_seconds = 600",
+            ),
+        ]
+        .concat(),
+    );
+    let config = ws.write_config(&fast_agent(&ws, &h.url()));
+    let mut sidecar = Sidecar::spawn(&config);
+    wait_ours(&h, &prefixed("dev_", &DEV_TOOLS)).await;
+    assert!(
+        crate::support::wait_until(WAIT, || *silent.accepted.lock().unwrap() >= 1).await,
+        "the handshake was begun"
+    );
+    sidecar.signal(rustix::process::Signal::TERM);
+    // `[shutdown] deadline` is 2 s (AgentToml), plus the process's own
+    // start and exit.
+    let status = sidecar
+        .exit_within(std::time::Duration::from_millis(3500))
+        .await;
+    assert!(status.success(), "{status:?}");
 }
