@@ -204,7 +204,7 @@ fn rustls_pemfile_certs(
     CertificateDer::pem_slice_iter(pem)
 }
 
-/// The OS's verifier, then the `ca_file`'s: a certificate either trusts is
+/// The `ca_file`'s verifier, then the OS's: a certificate either trusts is
 /// accepted; a refusal is explained into `refusal`.
 #[derive(Debug)]
 struct Verifier {
@@ -224,31 +224,40 @@ impl ServerCertVerifier for Verifier {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, TlsError> {
-        let first = self.platform.verify_server_cert(
-            end_entity,
-            intermediates,
-            server_name,
-            ocsp_response,
-            now,
-        );
-        let error = match (first, &self.extra) {
-            (Ok(v), _) => return Ok(v),
-            (Err(e), None) => e,
-            (Err(e), Some(extra)) => {
-                match extra.verify_server_cert(
-                    end_entity,
-                    intermediates,
-                    server_name,
-                    ocsp_response,
-                    now,
-                ) {
+        let os = || {
+            self.platform.verify_server_cert(
+                end_entity,
+                intermediates,
+                server_name,
+                ocsp_response,
+                now,
+            )
+        };
+        // The ca_file's verifier first: the OS's logs every certificate it
+        // does not know as an ERROR, which a self-hosted server's
+        // certificate, trusted through its ca_file, must not cause.
+        let error = match &self.extra {
+            Some(extra) => match extra.verify_server_cert(
+                end_entity,
+                intermediates,
+                server_name,
+                ocsp_response,
+                now,
+            ) {
+                Ok(v) => return Ok(v),
+                // Not the ca_file's CA: perhaps one the OS trusts.
+                Err(mine) if unknown_issuer(&mine) => match os() {
                     Ok(v) => return Ok(v),
-                    // The OS does not know the CA: the ca_file's verifier
-                    // saw further (a name or a date).
-                    Err(mine) if unknown_issuer(&e) => mine,
-                    Err(_) => e,
-                }
-            }
+                    Err(e) => e,
+                },
+                // The ca_file's CA signed it, and something else is wrong
+                // (a name, a date).
+                Err(mine) => mine,
+            },
+            None => match os() {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            },
         };
         let why = explain(&error, server_name, end_entity, self.ca_file.as_deref());
         *self.refusal.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);

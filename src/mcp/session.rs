@@ -551,7 +551,11 @@ impl Session {
             Some(refused) => refused,
             None => match remote.last.lock().unwrap_or_else(|p| p.into_inner()).take() {
                 Some(cause) if !e.contains(&cause) => {
-                    format!("{e} ({cause}{})", timeout_hint(&cause, options))
+                    format!(
+                        "{e} ({cause}{}{})",
+                        timeout_hint(&cause, options),
+                        proxy_hint(&parsed, options)
+                    )
                 }
                 _ => e,
             },
@@ -797,6 +801,31 @@ fn timeout_hint(cause: &str, options: &HttpOptions) -> String {
             ": the server sent nothing for read_timeout_seconds = {}",
             options.read_timeout.as_secs_f64()
         )
+    }
+}
+
+/// The proxy a request to `url` went through, as a clause of a failure's
+/// reason, or nothing: a proxy that is down fails every request.
+fn proxy_hint(url: &reqwest::Url, options: &HttpOptions) -> String {
+    if crate::contract::url_host_is_loopback(url) {
+        return String::new();
+    }
+    match &options.proxy {
+        crate::manifest::ProxySetting::Url(p) => {
+            format!("; through the proxy {}", remote::redact_url(p))
+        }
+        crate::manifest::ProxySetting::Off => String::new(),
+        crate::manifest::ProxySetting::System => {
+            let var = ["HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"]
+                .into_iter()
+                .find(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()));
+            match var {
+                Some(v) if url.scheme() == "https" || v.to_lowercase() == "all_proxy" => format!(
+                    "; through the proxy of {v} (set `proxy = false` in the server's table to go direct)"
+                ),
+                _ => String::new(),
+            }
+        }
     }
 }
 

@@ -22,11 +22,12 @@ pub(crate) async fn plain_http_backend() -> (std::net::SocketAddr, tokio_util::s
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
-    tokio::spawn(devmcp::serve_http(
-        listener,
-        DevMcpOptions::default(),
-        stop.clone(),
-    ));
+    // Reached as `localhost` and as the names the proxy test gives it.
+    let opts = DevMcpOptions {
+        any_host: true,
+        ..DevMcpOptions::default()
+    };
+    tokio::spawn(devmcp::serve_http(listener, opts, stop.clone()));
     (addr, stop.drop_guard())
 }
 
@@ -366,4 +367,113 @@ async fn sigterm_clears_in_its_budget_while_a_tls_handshake_hangs() {
         .exit_within(std::time::Duration::from_millis(3500))
         .await;
     assert!(status.success(), "{status:?}");
+}
+
+/// Point 3: a remote server goes through the proxy of `HTTPS_PROXY` (a
+/// CONNECT for its name), a loopback one never does, and a server's own
+/// `proxy` wins; a proxy that is down is named in the reason.
+#[cfg(unix)] // the sidecar as a child, with HTTPS_PROXY in its environment
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_servers_go_through_the_proxy_and_loopback_ones_never_do() {
+    use crate::support::daemon::{Sidecar, run_command};
+    use crate::support::tls::ConnectProxy;
+    use crate::support::{dev_server, refused_port};
+
+    let h = dev_server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("neko test CA");
+    let ca_file = ca.write_pem(dir.path(), "ca");
+    let (backend, _backend) = plain_http_backend().await;
+    let front = TlsFront::start(
+        backend,
+        ca.server_cert(&["mcp.test", "own.test", "localhost"], Validity::Current),
+    )
+    .await;
+    // Every tunnel leads to the front, whatever name it asks for: the
+    // names need no DNS.
+    let env_proxy = ConnectProxy::start(front.addr).await;
+    let own_proxy = ConnectProxy::start(front.addr).await;
+    let port = front.addr.port();
+    let ca = ca_line(&ca_file);
+    let ws = Workspace::new();
+    ws.write_tool(
+        "mcp.toml",
+        &[
+            http_server(
+                "remote",
+                &format!("https://mcp.test:{port}{HTTP_PATH}"),
+                &ca,
+            ),
+            http_server(
+                "local",
+                &format!("https://localhost:{port}{HTTP_PATH}"),
+                &ca,
+            ),
+            http_server(
+                "own",
+                &format!("https://own.test:{port}{HTTP_PATH}"),
+                &format!("{ca}\nproxy = \"{}\"", own_proxy.url),
+            ),
+            http_server(
+                "local_own",
+                &format!("https://localhost:{port}{HTTP_PATH}"),
+                &format!("{ca}\nproxy = \"{}\"", own_proxy.url),
+            ),
+        ]
+        .concat(),
+    );
+    let config = ws.write_config(&fast_agent(&ws, &h.url()));
+    let mut cmd = run_command(&config);
+    cmd.env("HTTPS_PROXY", &env_proxy.url)
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .env_remove("ALL_PROXY")
+        .env_remove("all_proxy");
+    let mut sidecar = Sidecar::spawn_command(cmd);
+    let mut all = Vec::new();
+    for prefix in ["local_", "local_own_", "own_", "remote_"] {
+        all.extend(prefixed(prefix, &DEV_TOOLS));
+    }
+    all.sort();
+    wait_ours(&h, &all).await;
+    let echoed_by = |tool: &'static str| {
+        let h = &h;
+        async move {
+            let a =
+                crate::support::invoke(h, crate::support::call(tool, json!({"text": "via"}))).await;
+            echoed(&a, "via")
+        }
+    };
+    echoed_by("remote_echo").await.unwrap();
+    echoed_by("own_echo").await.unwrap();
+    echoed_by("local_echo").await.unwrap();
+    // One tunnel or more (rmcp may open a second connection), each for the
+    // remote name; never one for localhost.
+    for (proxy, name) in [(&env_proxy, "mcp.test"), (&own_proxy, "own.test")] {
+        let seen = proxy.seen();
+        assert!(!seen.is_empty(), "{name}: no tunnel");
+        assert!(
+            seen.iter().all(|s| *s == format!("CONNECT {name}:{port}")),
+            "{seen:?}"
+        );
+    }
+    sidecar.signal(rustix::process::Signal::TERM);
+    sidecar.exit_within(WAIT).await;
+
+    // A server's proxy that is down: the reason says which proxy.
+    let down = format!("http://127.0.0.1:{}", refused_port());
+    let rig = Rig::start(&http_server(
+        "stranded",
+        &format!("https://mcp.test:{port}{HTTP_PATH}"),
+        &format!("{ca}\nproxy = \"{down}\""),
+    ))
+    .await;
+    let why = rig
+        .wait_server("stranded", "a failed connection", |s| {
+            s.last_error.is_some()
+        })
+        .await
+        .last_error
+        .unwrap();
+    assert!(why.contains(&format!("through the proxy {down}")), "{why}");
 }
