@@ -477,3 +477,67 @@ async fn remote_servers_go_through_the_proxy_and_loopback_ones_never_do() {
         .unwrap();
     assert!(why.contains(&format!("through the proxy {down}")), "{why}");
 }
+
+/// N.E.K.O's `mcp_adapter` config with one stdio, one `streamable-http`
+/// and one `sse` server, both remote ones over https of a test CA, which
+/// the `[[mcp_import]]` trusts through its `ca_file`: all three servers'
+/// tools registered and called, none "not bridged".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_adapter_config_with_stdio_sse_and_streamable_http_over_https_is_all_bridged() {
+    let ca = TestCa::new("neko test CA");
+    let (backend, _backend) = plain_http_backend().await;
+    let web = TlsFront::start(backend, ca.server_cert(&["localhost"], Validity::Current)).await;
+    let sse = SseMcp::start(SseEndpoint::Relative).await;
+    let sse_backend = sse
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches(SSE_PATH);
+    let search = TlsFront::start(
+        sse_backend.parse().unwrap(),
+        ca.server_cert(&["localhost"], Validity::Current),
+    )
+    .await;
+    let ws = Workspace::new();
+    let ca_file = ca.write_pem(&ws.root, "home-ca");
+    let plugin = ws
+        .root
+        .join("N.E.K.O/plugin/plugins/mcp_adapter/plugin.toml");
+    std::fs::create_dir_all(plugin.parent().unwrap()).unwrap();
+    std::fs::write(
+        &plugin,
+        format!(
+            "[mcp_servers.files]\ntransport = \"stdio\"\ncommand = {BIN:?}\nargs = [\"dev-mcp\"]\n\n\
+             [mcp_servers.web]\ntransport = \"streamable-http\"\nurl = \"https://localhost:{}{HTTP_PATH}\"\n\n\
+             [mcp_servers.search]\ntransport = \"sse\"\nurl = \"https://localhost:{}{SSE_PATH}\"\n",
+            web.addr.port(),
+            search.addr.port()
+        ),
+    )
+    .unwrap();
+    let rig = Rig::start(&format!(
+        "[[mcp_import]]\npath = {:?}\n{}\n",
+        plugin.display().to_string(),
+        ca_line(&ca_file)
+    ))
+    .await;
+    let mut all = Vec::new();
+    for prefix in ["files_", "search_", "web_"] {
+        all.extend(prefixed(prefix, &DEV_TOOLS));
+    }
+    all.sort();
+    wait_ours(&rig.h, &all).await;
+    for tool in ["files_echo", "search_echo", "web_echo"] {
+        echoed(&rig.call(tool, json!({"text": tool})).await, tool).unwrap();
+    }
+    let transports: Vec<String> = rig.statuses().into_iter().map(|s| s.transport).collect();
+    // Three sessions: none of the servers was left "not bridged".
+    assert_eq!(transports.len(), 3, "{transports:?}");
+    assert!(
+        transports[1].starts_with("sse https://localhost:"),
+        "{transports:?}"
+    );
+    assert!(
+        transports[2].starts_with("http https://localhost:"),
+        "{transports:?}"
+    );
+}
