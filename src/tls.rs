@@ -354,8 +354,12 @@ fn explain(
         ) => format!(
             "{which} is for another name ({e}): use a URL with a name the certificate is for, or have the server's certificate name {name}"
         ),
+        // The OS's own verdict it did not put in rustls' words (Wine's
+        // CryptoAPI answers a root it does not know with a failed
+        // revocation check, 0x800B010E): most often a CA it does not
+        // trust.
         TlsError::InvalidCertificate(e) => {
-            format!("{which} was refused ({e}); {ca_hint}")
+            format!("{which} was refused by this machine's certificate store ({e}); {ca_hint}")
         }
         e => format!("{which} was refused: {e}"),
     }
