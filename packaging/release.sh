@@ -37,8 +37,9 @@
 # missing: that warning is the one allowed, and only while no `py` is there.
 #
 # Installs what a clean machine lacks: the rustup targets, Debian's mingw-w64
-# (the Windows target's linker), zip (and, for --check, npm). The musl target needs no C toolchain of
-# its own: the crate and its dependencies build no C code for it.
+# (the Windows target's linker), zip (and, for --check, npm). One crate builds C for every target:
+# ring, the TLS crypto of remote MCP servers (C and assembly through cc-rs: musl-gcc for the musl
+# target when installed, mingw's gcc for Windows); nothing else, and nothing needs cmake or nasm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"

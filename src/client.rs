@@ -197,7 +197,7 @@ pub struct Client {
 
 impl Client {
     pub fn new(config: &MainServerConfig) -> Result<Self, ClientBuildError> {
-        let http = reqwest::Client::builder()
+        let http = crate::tls::plain_http()
             .timeout(config.request_timeout)
             .connect_timeout(config.request_timeout)
             // main_server is on loopback: an HTTP_PROXY from the environment

@@ -30,4 +30,5 @@ pub mod planner;
 pub mod registration;
 pub mod reload;
 pub mod systemd;
+pub mod tls;
 pub(crate) mod tomldoc;

@@ -90,7 +90,7 @@ pub(crate) struct AdminClient {
 
 impl AdminClient {
     pub(crate) fn new(base: impl Into<String>) -> Result<Self, ClientError> {
-        let http = reqwest::Client::builder()
+        let http = crate::tls::plain_http()
             .timeout(REQUEST_TIMEOUT)
             // The sidecar is on this machine; a proxy would only get in the way.
             .no_proxy()

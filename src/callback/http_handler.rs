@@ -44,7 +44,7 @@ impl HttpClients {
         if let Some(c) = clients.get(&key) {
             return Ok(c.clone());
         }
-        let mut builder = Client::builder()
+        let mut builder = crate::tls::plain_http()
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .pool_idle_timeout(POOL_IDLE)

@@ -70,6 +70,10 @@ pub struct DevMcpOptions {
     /// pipe), over HTTP it takes no connection before then (the client's
     /// first request waits in the listen queue).
     pub first_answer_delay: Option<Duration>,
+    /// Over HTTP, answer requests for any `Host`, as a server behind a TLS
+    /// front or reached by a name of its own (the tests of remote servers
+    /// name it `mcp.test`); by default only loopback names are answered.
+    pub any_host: bool,
 }
 
 /// Why serving ended other than by shutdown or the client leaving.
@@ -186,7 +190,8 @@ impl DevMcp {
             // Cancelling it ends every session and open stream, so that
             // axum's graceful shutdown has no connection left to wait for.
             .with_cancellation_token(shutdown.child_token());
-        let config = match allowed_host(local.ip()) {
+        let any_host = self.options().any_host;
+        let config = match allowed_host(local.ip()).filter(|_| !any_host) {
             Some(ip) => config.with_allowed_hosts([
                 "localhost".to_owned(),
                 "127.0.0.1".to_owned(),

@@ -219,7 +219,7 @@ pub(crate) async fn send_callback(
     };
     // One client per call: each tool has its own timeouts, and a stand-in
     // needs no connection reuse.
-    let client = reqwest::Client::builder()
+    let client = crate::tls::plain_http()
         .connect_timeout(timeout)
         .read_timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())

@@ -21,7 +21,6 @@ use super::{
     McpTransport,
 };
 use crate::config::runtime_path;
-use crate::contract::url_host_is_loopback;
 use crate::diag::{Diagnostic, SourceText};
 use crate::tomldoc::{TableReader, type_name};
 
@@ -40,6 +39,10 @@ const KEYS: &[&str] = &[
     "startup_timeout_seconds",
     "role",
     "max_concurrency",
+    "ca_file",
+    "proxy",
+    "connect_timeout_seconds",
+    "read_timeout_seconds",
 ];
 
 pub(super) fn read_mcp_server(
@@ -262,32 +265,31 @@ fn read_transport(
                 }
             }
             let headers = expanded_map(r, "headers");
-            let (url, sp) = r.string("url")?;
+            let options = super::remote::read_http_settings(r, base);
+            let (text, sp) = r.string("url")?;
+            let url = match super::remote::expand_url(&text) {
+                Ok(u) => u,
+                Err(why) => {
+                    let msg = format!("`url` of {}: {why}", r.what);
+                    r.error(&sp, msg);
+                    return None;
+                }
+            };
+            // Shown only redacted: the query may hold an API key.
+            let shown = super::remote::redact_url(&url);
             let parsed = match reqwest::Url::parse(&url) {
                 Ok(u) => u,
                 Err(e) => {
                     let msg = format!(
-                        "`url` \"{url}\" of {} is not a URL ({e}): expected e.g. \"http://127.0.0.1:8808/mcp\"",
+                        "`url` \"{shown}\" of {} is not a URL ({e}): expected e.g. \"https://mcp.example.com/mcp\" or \"http://127.0.0.1:8808/mcp\"",
                         r.what
                     );
                     r.error(&sp, msg);
                     return None;
                 }
             };
-            if parsed.scheme() != "http" {
-                let msg = format!(
-                    "`url` \"{url}\" of {} has scheme `{}`: only http is allowed (this build has no TLS; MCP servers are reached on this machine)",
-                    r.what,
-                    parsed.scheme()
-                );
-                r.error(&sp, msg);
-                return None;
-            }
-            if !ctx.allow_remote_handlers && !url_host_is_loopback(&parsed) {
-                let msg = format!(
-                    "`url` \"{url}\" of {} is not on loopback: the sidecar would become the off-box proxy that main_server's loopback rule exists to prevent; use 127.0.0.1, ::1 or localhost, or set allow_remote_handlers = true in the agent config",
-                    r.what
-                );
+            if let Some(why) = super::remote::reach_problem(&parsed, ctx.allow_remote_handlers) {
+                let msg = format!("`url` \"{shown}\" of {} is refused: {why}", r.what);
                 r.error(&sp, msg);
                 return None;
             }
@@ -295,6 +297,7 @@ fn read_transport(
                 url,
                 headers: headers?,
                 kind: kind.ok()?.unwrap_or(HttpKind::Detect),
+                options: options?,
             })
         }
     }

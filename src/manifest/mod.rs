@@ -9,6 +9,7 @@
 pub(crate) mod import;
 mod load;
 mod mcp;
+pub(crate) mod remote;
 pub(crate) mod scan;
 pub mod schema;
 
@@ -227,7 +228,50 @@ pub enum McpTransport {
         url: String,
         headers: BTreeMap<String, String>,
         kind: HttpKind,
+        /// TLS trust, proxy and timeouts.
+        options: HttpOptions,
     },
+}
+
+/// How a `url` server's client connects: `ca_file`, `proxy`,
+/// `connect_timeout_seconds`, `read_timeout_seconds` of its table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpOptions {
+    /// Certificates (PEM) trusted for this server besides the OS's.
+    pub ca_file: Option<PathBuf>,
+    pub proxy: ProxySetting,
+    /// For the TCP connection and the TLS handshake together.
+    pub connect_timeout: Duration,
+    /// Longest silence while reading an answer or the event stream.
+    pub read_timeout: Duration,
+}
+
+/// `connect_timeout_seconds` when the table has none.
+pub(crate) const DEFAULT_CONNECT_TIMEOUT_SECONDS: f64 = 10.0;
+/// `read_timeout_seconds` when the table has none.
+pub(crate) const DEFAULT_READ_TIMEOUT_SECONDS: f64 = 300.0;
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        Self {
+            ca_file: None,
+            proxy: ProxySetting::System,
+            connect_timeout: Duration::from_secs_f64(DEFAULT_CONNECT_TIMEOUT_SECONDS),
+            read_timeout: Duration::from_secs_f64(DEFAULT_READ_TIMEOUT_SECONDS),
+        }
+    }
+}
+
+/// Which proxy a `url` server is reached through (loopback never is).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProxySetting {
+    /// `HTTPS_PROXY`/`ALL_PROXY`/`NO_PROXY`, and the Windows and macOS
+    /// settings.
+    System,
+    /// `proxy = false`: straight to the server.
+    Off,
+    /// `proxy = "URL"` (`${VAR}`s expanded; it may hold a password).
+    Url(String),
 }
 
 /// Which of MCP's two HTTP transports a `url` server speaks.
@@ -261,7 +305,9 @@ impl std::fmt::Display for McpTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             McpTransport::Stdio { command, .. } => write!(f, "stdio {}", command.join(" ")),
-            McpTransport::Http { url, kind, .. } => write!(f, "{} {url}", kind.label()),
+            McpTransport::Http { url, kind, .. } => {
+                write!(f, "{} {}", kind.label(), remote::redact_url(url))
+            }
         }
     }
 }

@@ -16,6 +16,7 @@
 pub(crate) mod answer;
 mod handshake;
 mod process;
+mod remote_http;
 mod session;
 mod sse;
 mod stderr;

@@ -26,11 +26,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::handshake::{Generation, Handshake, handshake};
 use super::process::{self, ServerProcess};
+use super::remote_http::{LastFailure, RemoteHttp};
 use super::sse::SseTransport;
 use super::stderr::{self, StderrTail};
 use super::tools::{Listed, Rejected};
 use crate::backoff::{BackoffPolicy, Jitter, Retry};
-use crate::manifest::{HttpKind, McpServerSpec, McpTransport};
+use crate::manifest::{HttpKind, HttpOptions, McpServerSpec, McpTransport, remote};
 
 /// After this long up, a server that dies is restarted after the initial
 /// backoff again, not after the last delay.
@@ -156,6 +157,10 @@ pub(crate) struct Session {
     /// legacy HTTP+SSE transport: its restarts go there at once, until a
     /// start there fails.
     sse_found: Mutex<bool>,
+    /// What must never be shown (header values, the URL's query values
+    /// and password): scrubbed from every error before it is logged,
+    /// kept in the status or sent to the model.
+    secrets: Vec<String>,
 }
 
 impl Session {
@@ -178,7 +183,13 @@ impl Session {
             filtered: 0,
             listed_at: None,
         };
+        let secrets = match &spec.transport {
+            McpTransport::Http { url, headers, .. } => remote::secrets_of(url, headers),
+            McpTransport::Stdio { .. } => Vec::new(),
+        };
+        crate::logging::keep_out(&secrets);
         Arc::new(Self {
+            secrets,
             slots: spec.max_concurrency.map(|n| Semaphore::new(n.get())),
             spec,
             status: Mutex::new(status),
@@ -224,6 +235,11 @@ impl Session {
         self.stop.cancel();
     }
 
+    /// `text` with this server's secrets replaced by `…`.
+    fn scrub(&self, text: &str) -> String {
+        remote::scrub(text, &self.secrets)
+    }
+
     fn update(&self, f: impl FnOnce(&mut ServerStatus)) {
         f(&mut lock(&self.status));
     }
@@ -263,7 +279,7 @@ impl Session {
             }),
             Err(e) => {
                 self.broken.notify_one();
-                Err(CallError::Lost(e.to_string()))
+                Err(CallError::Lost(self.scrub(&e.to_string())))
             }
         }
     }
@@ -298,6 +314,7 @@ impl Session {
             let Err(error) = outcome else {
                 break; // stopped
             };
+            let error = self.scrub(&error);
             if started.elapsed() >= STABLE_UPTIME {
                 retry.reset();
             }
@@ -391,9 +408,14 @@ impl Session {
                         Handshake::Stopped => return Ok(()),
                     }
                 }
-                McpTransport::Http { url, headers, kind } => {
+                McpTransport::Http {
+                    url,
+                    headers,
+                    kind,
+                    options,
+                } => {
                     let ended = self
-                        .connect_http(url, headers, *kind, &mut known, budget, &handler)
+                        .connect_http(url, headers, *kind, options, &mut known, budget, &handler)
                         .await;
                     *lock(&self.generation) = known;
                     match ended {
@@ -516,16 +538,42 @@ impl Session {
     /// answered with an HTTP 4xx, the legacy HTTP+SSE transport by a GET,
     /// as the MCP specification asks of clients (see `handshake`); what was
     /// found is kept for the restarts. `Ok(None)`: stopped.
+    #[allow(clippy::too_many_arguments)] // reason: one server's table and the session's state, read once
     async fn connect_http(
         &self,
         url: &str,
         headers: &std::collections::BTreeMap<String, String>,
         kind: HttpKind,
+        options: &HttpOptions,
         known: &mut Generation,
         budget: Duration,
         handler: &impl Fn() -> Listener,
     ) -> Result<Option<RunningService<RoleClient, Listener>>, String> {
-        let client = http_client()?;
+        let parsed = reqwest::Url::parse(url).map_err(|e| format!("the URL is not a URL: {e}"))?;
+        // The URL as it may be shown: its query may hold an API key.
+        let shown = remote::redact_url(url);
+        let server_client = crate::tls::server_client(&parsed, options)?;
+        let client = server_client.http.clone();
+        let remote = RemoteHttp {
+            http: client.clone(),
+            last: LastFailure::default(),
+        };
+        // A refused certificate explains a failure better than anything;
+        // then the cause of the last failed request (refused, timed out,
+        // a proxy's answer), which rmcp's error leaves out.
+        let why = |e: String| match server_client.take_refusal() {
+            Some(refused) => refused,
+            None => match remote.last.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                Some(cause) if !e.contains(&cause) => {
+                    format!(
+                        "{e} ({cause}{}{})",
+                        timeout_hint(&cause, options),
+                        proxy_hint(&parsed, options)
+                    )
+                }
+                _ => e,
+            },
+        };
         let headers = header_map(headers)?;
         let sse_first = match kind {
             HttpKind::Sse => true,
@@ -537,7 +585,7 @@ impl Session {
             // Each try on a session of its own: nothing abandoned on one
             // can answer on the next.
             let open =
-                || std::future::ready(Ok((http_transport(client.clone(), url, &headers), ())));
+                || std::future::ready(Ok((http_transport(remote.clone(), url, &headers), ())));
             let close = |()| std::future::ready(String::new());
             match handshake(
                 &self.spec.name,
@@ -558,16 +606,19 @@ impl Session {
                 Handshake::HttpClientError(e) if kind == HttpKind::Detect => {
                     tracing::info!(
                         mcp_server = %self.spec.name,
-                        "the URL answered the POST of the handshake with an HTTP 4xx ({e}): trying the legacy HTTP+SSE transport (MCP 2024-11-05) with a GET"
+                        "the URL answered the POST of the handshake with an HTTP 4xx ({}): trying the legacy HTTP+SSE transport (MCP 2024-11-05) with a GET",
+                        self.scrub(&e)
                     );
                     streamable_failed = Some(e);
                 }
                 Handshake::HttpClientError(e) => {
                     return Err(format!(
-                        "cannot connect to {url}: {e} (a server of the legacy HTTP+SSE transport answers so: then say transport = \"sse\", or leave `transport` out to have it tried)"
+                        "cannot connect to {shown}: {e} (a server of the legacy HTTP+SSE transport answers so: then say transport = \"sse\", or leave `transport` out to have it tried)"
                     ));
                 }
-                Handshake::Failed(e) => return Err(format!("cannot connect to {url}: {e}")),
+                Handshake::Failed(e) => {
+                    return Err(format!("cannot connect to {shown}: {}", why(e)));
+                }
             }
         }
         // The HTTP+SSE transport is of the 2024-11-05 generation: its
@@ -614,11 +665,12 @@ impl Session {
             Handshake::Stopped => Ok(None),
             Handshake::Failed(e) | Handshake::HttpClientError(e) => {
                 *lock(&self.sse_found) = false;
+                let e = why(e);
                 Err(match streamable_failed {
                     Some(first) => format!(
-                        "cannot connect to {url}: over Streamable HTTP, {first}; then over the HTTP+SSE transport, {e}"
+                        "cannot connect to {shown}: over Streamable HTTP, {first}; then over the HTTP+SSE transport, {e}"
                     ),
-                    None => format!("cannot connect to {url} over the HTTP+SSE transport: {e}"),
+                    None => format!("cannot connect to {shown} over the HTTP+SSE transport: {e}"),
                 })
             }
         }
@@ -748,15 +800,47 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// The HTTP client of a `url` server, for either transport. Loopback
-/// only, no proxies, no TLS: as the http handler's client.
-fn http_client() -> Result<reqwest::Client, String> {
-    reqwest::Client::builder()
-        .no_proxy()
-        // A redirect could lead off loopback, past the manifest's check.
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+/// Which of a server's timeouts a failed request's cause ran into, in
+/// words, or nothing.
+fn timeout_hint(cause: &str, options: &HttpOptions) -> String {
+    if !cause.contains("timed out") {
+        String::new()
+    } else if cause.contains("(Connect)") {
+        format!(
+            ": the connection (TCP and TLS handshake) took longer than connect_timeout_seconds = {}",
+            options.connect_timeout.as_secs_f64()
+        )
+    } else {
+        format!(
+            ": the server sent nothing for read_timeout_seconds = {}",
+            options.read_timeout.as_secs_f64()
+        )
+    }
+}
+
+/// The proxy a request to `url` went through, as a clause of a failure's
+/// reason, or nothing: a proxy that is down fails every request.
+fn proxy_hint(url: &reqwest::Url, options: &HttpOptions) -> String {
+    if crate::contract::url_host_is_loopback(url) {
+        return String::new();
+    }
+    match &options.proxy {
+        crate::manifest::ProxySetting::Url(p) => {
+            format!("; through the proxy {}", remote::redact_url(p))
+        }
+        crate::manifest::ProxySetting::Off => String::new(),
+        crate::manifest::ProxySetting::System => {
+            let var = ["HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"]
+                .into_iter()
+                .find(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()));
+            match var {
+                Some(v) if url.scheme() == "https" || v.to_lowercase() == "all_proxy" => format!(
+                    "; through the proxy of {v} (set `proxy = false` in the server's table to go direct)"
+                ),
+                _ => String::new(),
+            }
+        }
+    }
 }
 
 /// A `url` server's `headers` as HTTP headers (their values never in the
@@ -776,10 +860,10 @@ fn header_map(
 }
 
 fn http_transport(
-    client: reqwest::Client,
+    client: RemoteHttp,
     url: &str,
     headers: &http::HeaderMap,
-) -> rmcp::transport::StreamableHttpClientTransport<reqwest::Client> {
+) -> rmcp::transport::StreamableHttpClientTransport<RemoteHttp> {
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
     let headers = headers
         .iter()

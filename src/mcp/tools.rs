@@ -169,6 +169,7 @@ mod tests {
                 url: "http://127.0.0.1:1/mcp".into(),
                 headers: BTreeMap::new(),
                 kind: HttpKind::Detect,
+                options: Default::default(),
             },
             prefix: prefix.into(),
             include: None,

@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 
 use super::node::{Node, Value};
 use crate::config::{absolutize, runtime_path};
-use crate::contract::url_host_is_loopback;
 use crate::diag::{Diagnostic, SourceText};
 use crate::manifest::{HttpKind, LoadContext, McpTransport};
 
@@ -353,7 +352,8 @@ impl EntryReader<'_, '_> {
             Ok(u) => u,
             Err(e) => {
                 let msg = format!(
-                    "the `url` \"{url}\" of MCP server `{}` is not a URL ({e})",
+                    "the `url` \"{}\" of MCP server `{}` is not a URL ({e})",
+                    crate::manifest::remote::redact_url(&url),
                     self.name
                 );
                 self.error(&sp, msg);
@@ -362,23 +362,24 @@ impl EntryReader<'_, '_> {
         };
         let not_bridged = |reason: String| {
             Some(EntryKind::NotBridged {
-                transport: format!("{} {url}", kind.label()),
+                transport: format!(
+                    "{} {}",
+                    kind.label(),
+                    crate::manifest::remote::redact_url(&url)
+                ),
                 reason,
             })
         };
-        if parsed.scheme() != "http" {
-            return not_bridged(format!(
-                "its URL uses {}: the sidecar reaches MCP servers on this machine over plain http (this build has no TLS)",
-                parsed.scheme()
-            ));
-        }
-        if !ctx.allow_remote_handlers && !url_host_is_loopback(&parsed) {
-            return not_bridged("its URL is not on loopback, and the sidecar would become the off-box proxy that main_server's loopback rule exists to prevent (set allow_remote_handlers = true in the agent config to allow it)".to_string());
+        if let Some(why) =
+            crate::manifest::remote::reach_problem(&parsed, ctx.allow_remote_handlers)
+        {
+            return not_bridged(why);
         }
         Some(EntryKind::Bridged(McpTransport::Http {
             url,
             headers,
             kind,
+            options: Default::default(),
         }))
     }
 }

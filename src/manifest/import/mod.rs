@@ -34,7 +34,10 @@ use super::load::{
     LoadContext, MAX_TIMEOUT_SECONDS, read_max_concurrency, read_role, read_timeout,
 };
 use super::mcp::{read_filters, read_prefix, read_startup_timeout};
-use super::{DEFAULT_STARTUP_TIMEOUT_SECONDS, McpServerSpec, Origin, UnbridgedServer};
+use super::{
+    DEFAULT_STARTUP_TIMEOUT_SECONDS, HttpOptions, McpServerSpec, McpTransport, Origin,
+    UnbridgedServer,
+};
 use crate::config::absolutize;
 use crate::diag::{Diagnostic, SourceText};
 use crate::tomldoc::{self, TableReader};
@@ -50,6 +53,10 @@ const KEYS: &[&str] = &[
     "timeout_seconds",
     "startup_timeout_seconds",
     "max_concurrency",
+    "ca_file",
+    "proxy",
+    "connect_timeout_seconds",
+    "read_timeout_seconds",
 ];
 const OVERRIDE_KEYS: &[&str] = &[
     "enabled",
@@ -60,6 +67,18 @@ const OVERRIDE_KEYS: &[&str] = &[
     "timeout_seconds",
     "startup_timeout_seconds",
     "max_concurrency",
+    "ca_file",
+    "proxy",
+    "connect_timeout_seconds",
+    "read_timeout_seconds",
+];
+
+/// The client settings of a `url` server, each set on its own.
+const HTTP_KEYS: [&str; 4] = [
+    "ca_file",
+    "proxy",
+    "connect_timeout_seconds",
+    "read_timeout_seconds",
 ];
 
 /// An imported file larger than this is not an MCP config.
@@ -97,11 +116,35 @@ struct Overrides {
     timeout_seconds: Option<f64>,
     startup_timeout_seconds: Option<f64>,
     max_concurrency: Option<NonZeroUsize>,
+    /// The client settings of a `url` server, and which of [`HTTP_KEYS`]
+    /// were written (only those override).
+    http: Option<(HttpOptions, [bool; 4])>,
+}
+
+impl Overrides {
+    /// `into` with the client settings written here put over it.
+    fn http_over(&self, mut into: HttpOptions) -> HttpOptions {
+        if let Some((o, set)) = &self.http {
+            if set[0] {
+                into.ca_file = o.ca_file.clone();
+            }
+            if set[1] {
+                into.proxy = o.proxy.clone();
+            }
+            if set[2] {
+                into.connect_timeout = o.connect_timeout;
+            }
+            if set[3] {
+                into.read_timeout = o.read_timeout;
+            }
+        }
+        into
+    }
 }
 
 /// Reads the settings of `r` (already denied unknown keys); `None` after
 /// an error.
-fn read_overrides(r: &mut TableReader<'_, '_>) -> Option<Overrides> {
+fn read_overrides(r: &mut TableReader<'_, '_>, base: &Path) -> Option<Overrides> {
     let before = r.diags.iter().filter(|d| d.is_error()).count();
     let enabled = r.boolean("enabled").map(|(b, _)| b);
     let prefix = if r.get("prefix").is_some() {
@@ -123,7 +166,14 @@ fn read_overrides(r: &mut TableReader<'_, '_>) -> Option<Overrides> {
         None
     };
     let max_concurrency = read_max_concurrency(r);
+    let written = HTTP_KEYS.map(|k| r.get(k).is_some());
+    let http = if written.contains(&true) {
+        super::remote::read_http_settings(r, base).map(|o| (o, written))
+    } else {
+        None
+    };
     let o = Overrides {
+        http,
         enabled,
         prefix,
         include: if set("include", r) { include } else { None },
@@ -168,7 +218,7 @@ pub(crate) fn read_import(
             None
         }
     };
-    let defaults = read_overrides(&mut r);
+    let defaults = read_overrides(&mut r, base);
     let mut per_server: Vec<(String, Range<usize>, Option<Overrides>)> = Vec::new();
     if let Some((t, _)) = r.table("servers") {
         for (k, v) in t.iter() {
@@ -178,7 +228,7 @@ pub(crate) fn read_import(
                     let what = format!("the overrides of `{name}`");
                     let mut or = TableReader::new(r.src, ot, v.span(), what, r.diags);
                     or.deny_unknown(OVERRIDE_KEYS);
-                    let o = read_overrides(&mut or);
+                    let o = read_overrides(&mut or, base);
                     per_server.push((name, k.span(), o));
                 }
                 other => {
@@ -258,7 +308,10 @@ pub(crate) fn read_import(
                     origin: server_origin,
                 });
             }
-            EntryKind::Bridged(transport) => {
+            EntryKind::Bridged(mut transport) => {
+                if let McpTransport::Http { options, .. } = &mut transport {
+                    *options = o.http_over(defaults.http_over(options.clone()));
+                }
                 let pick = |f: fn(&Overrides) -> bool| if f(&o) { &o } else { &defaults };
                 out.servers.push(McpServerSpec {
                     prefix: o.prefix.clone().unwrap_or_else(|| format!("{local}_")),

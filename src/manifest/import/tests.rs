@@ -29,7 +29,8 @@ const CLAUDE: &str = r#"{
       "args": ["-c", "exec cat"],
       "env": {"LEVEL": "3", "DEBUG": true}
     },
-    "remote": {"url": "https://mcp.example.com/mcp"},
+    "remote": {"url": "http://mcp.example.com/mcp?key=k3y-in-query"},
+    "hosted": {"type": "sse", "url": "https://maps.example.com/sse?key=${MAPS_KEY:-k}"},
     "local": {"type": "http", "url": "http://127.0.0.1:8808/mcp", "headers": {"X-A": "b"}},
     "off": {"command": "sh", "disabled": true}
   },
@@ -43,7 +44,7 @@ fn claude_desktop_servers_become_mcp_servers_with_the_usual_defaults() {
     let f = load(tmp.path(), "[[mcp_import]]\npath = \"claude.json\"\n");
     assert!(!f.has_errors(), "{:#?}", texts(&f));
     let names: Vec<&str> = f.mcp_servers.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(names, ["files", "local"]);
+    assert_eq!(names, ["files", "hosted", "local"]);
     let files = server(&f, "files");
     assert_eq!(files.prefix, "files_");
     assert_eq!(files.timeout_seconds, 30.0);
@@ -56,21 +57,31 @@ fn claude_desktop_servers_become_mcp_servers_with_the_usual_defaults() {
     assert_eq!(env["LEVEL"], "3");
     assert_eq!(env["DEBUG"], "true");
     assert_eq!(cwd, &tmp.path().to_path_buf());
-    let McpTransport::Http { url, headers, kind } = &server(&f, "local").transport else {
+    let McpTransport::Http {
+        url, headers, kind, ..
+    } = &server(&f, "local").transport
+    else {
         panic!()
     };
     assert_eq!(url, "http://127.0.0.1:8808/mcp");
     assert_eq!(headers["X-A"], "b");
     // VS Code's "http" is Streamable HTTP with the fallback to SSE.
     assert_eq!(*kind, HttpKind::Detect);
-    // The https server is reported, not started, and not an error.
+    // An https server anywhere is the user's choice: bridged.
+    let McpTransport::Http { url, kind, .. } = &server(&f, "hosted").transport else {
+        panic!()
+    };
+    assert_eq!(url, "https://maps.example.com/sse?key=k");
+    assert_eq!(*kind, HttpKind::Sse);
+    // Plain http off loopback is reported, not started, and not an error;
+    // its query (an API key) is not shown.
     assert_eq!(f.unbridged.len(), 1, "{:#?}", f.unbridged);
     assert_eq!(f.unbridged[0].name, "remote");
-    assert!(f.unbridged[0].reason.contains("no TLS"));
+    assert!(f.unbridged[0].reason.contains("clear text"));
     let t = texts(&f);
     assert!(
         t.iter()
-            .any(|d| d.contains("claude.json:8:5: warning: MCP server `remote` (http https://mcp.example.com/mcp) is not bridged")),
+            .any(|d| d.contains("claude.json:8:5: warning: MCP server `remote` (http http://mcp.example.com/mcp?key=…) is not bridged")),
         "{t:#?}"
     );
 }
@@ -96,6 +107,9 @@ max_concurrency = 2
 [mcp_import.servers.local]
 enabled = false
 
+[mcp_import.servers.hosted]
+enabled = false
+
 [mcp_import.servers.gone]
 prefix = "g_"
 "#;
@@ -116,7 +130,7 @@ prefix = "g_"
     let t = texts(&f);
     assert!(
         t.iter().any(|d| d.contains(
-            "m.toml:18:21: warning: `servers.gone` of this [[mcp_import]] names no server"
+            "m.toml:21:21: warning: `servers.gone` of this [[mcp_import]] names no server"
         )),
         "{t:#?}"
     );

@@ -13,6 +13,8 @@
 //! fallback to it, and a real server of the Python SDK; `probe`: `check
 //! --probe`; `status`: `/status` and `/metrics`; `slow`: servers slow to give their first answer, both generations, both
 //! transports, under `run` and `check --probe`;
+//! `remote`: servers over https (a test CA, `ca_file`, refused
+//! certificates), secrets, timeouts and proxies;
 //! `import`: `[[mcp_import]]` of Claude Desktop, VS Code and N.E.K.O files,
 //! and live edits of them; `start_failure`: a server that fails to start
 //! says why (its stderr's end and a hint) in `/status`, the inspector and
@@ -24,6 +26,7 @@ mod import;
 mod probe;
 #[cfg(target_os = "linux")]
 mod process;
+mod remote;
 mod slow;
 mod sse;
 // `sh` scripts as servers.

@@ -84,7 +84,9 @@ async fn a_url_without_a_transport_whose_post_is_answered_405_is_reached_over_ss
         .expect("a line");
     assert!(url.ends_with("/sse"), "{url}");
     // What a client of Streamable HTTP meets there.
-    let post = reqwest::Client::new()
+    let post = neko_sidecar::tls::plain_http()
+        .build()
+        .unwrap()
         .post(&url)
         .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}))
         .send()

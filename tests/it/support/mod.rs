@@ -8,8 +8,9 @@
 //! in-process), `engine` (the registration engine alone), `mcp` (the
 //! daemon with `[[mcp_server]]`s running the stand-in MCP server), `notify` (a
 //! systemd notify socket), `python` (the Python MCP SDK and a server built
-//! with it), `reload` (the reloader alone) and `target` (the
-//! contract's server under test and tiny plugins).
+//! with it), `reload` (the reloader alone), `target` (the
+//! contract's server under test and tiny plugins) and `tls` (a test CA,
+//! a TLS front, a silent listener and a CONNECT proxy).
 //!
 //! Every wait is on a condition with a deadline, never a bare sleep: the
 //! deadline only bounds a failing test.
@@ -30,6 +31,7 @@ pub mod notify;
 pub mod python;
 pub mod reload;
 pub mod target;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -101,12 +103,12 @@ pub fn refused_port() -> u16 {
 
 /// A plain HTTP client that never goes through a proxy.
 pub fn http_client() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().build().unwrap()
+    neko_sidecar::tls::plain_http().no_proxy().build().unwrap()
 }
 
 /// Like [`http_client`], giving up on a request after `timeout`.
 pub fn impatient_client(timeout: Duration) -> reqwest::Client {
-    reqwest::Client::builder()
+    neko_sidecar::tls::plain_http()
         .no_proxy()
         .timeout(timeout)
         .build()

@@ -29,7 +29,7 @@ pub struct Target {
 
 /// A client that shows redirects instead of following them.
 pub fn client() -> reqwest::Client {
-    reqwest::Client::builder()
+    neko_sidecar::tls::plain_http()
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(20))

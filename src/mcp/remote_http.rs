@@ -1,0 +1,184 @@
+//! The Streamable HTTP client of a `url` server: rmcp's own reqwest client,
+//! with the cause of a failed request kept for the session's error and the
+//! URL taken out of the error rmcp sees.
+//!
+//! rmcp's error for a request that failed says only "error sending request
+//! for url (...)": reqwest's causes (connection refused, timed out, a
+//! proxy's refusal, a TLS alert) are in its source chain, which rmcp does
+//! not print; and the URL in it may hold an API key in its query. So every
+//! request goes through here: a failure's whole chain, without the URL, is
+//! kept in [`LastFailure`] for `Session::connect_http`, and the error handed
+//! on has no URL.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures_util::stream::BoxStream;
+use http::{HeaderName, HeaderValue};
+use rmcp::model::ClientJsonRpcMessage;
+use rmcp::transport::streamable_http_client::{
+    SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+    StreamableHttpResponseLimits,
+};
+use sse_stream::Sse;
+
+/// Why the last request failed, in words, taken by whoever explains it.
+pub(crate) type LastFailure = Arc<Mutex<Option<String>>>;
+
+/// A reqwest client that remembers why its last request failed.
+#[derive(Clone)]
+pub(crate) struct RemoteHttp {
+    pub http: reqwest::Client,
+    pub last: LastFailure,
+}
+
+/// A reqwest error with its causes, never its URL.
+pub(crate) fn chain(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let next = c.to_string();
+        // hyper repeats its inner error's text in its own.
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+impl RemoteHttp {
+    fn kept<T>(
+        &self,
+        r: Result<T, StreamableHttpError<reqwest::Error>>,
+    ) -> Result<T, StreamableHttpError<reqwest::Error>> {
+        r.map_err(|e| match e {
+            StreamableHttpError::Client(e) => {
+                let e = e.without_url();
+                *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(chain(&e));
+                StreamableHttpError::Client(e)
+            }
+            other => other,
+        })
+    }
+}
+
+impl StreamableHttpClient for RemoteHttp {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
+        let r = self
+            .http
+            .post_message(uri, message, session_id, auth_header, custom_headers)
+            .await;
+        self.kept(r)
+    }
+
+    async fn post_message_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
+        let r = self
+            .http
+            .post_message_with_max_sse_event_size(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await;
+        self.kept(r)
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
+        let r = self
+            .http
+            .post_message_with_response_limits(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                limits,
+            )
+            .await;
+        self.kept(r)
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<(), StreamableHttpError<reqwest::Error>> {
+        let r = self
+            .http
+            .delete_session(uri, session_id, auth_header, custom_headers)
+            .await;
+        self.kept(r)
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<reqwest::Error>>
+    {
+        let r = self
+            .http
+            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+            .await;
+        self.kept(r)
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<reqwest::Error>>
+    {
+        let r = self
+            .http
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await;
+        self.kept(r)
+    }
+}
