@@ -17,6 +17,7 @@ use base64::engine::general_purpose::STANDARD;
 use neko_sidecar::callback::envelope::Envelope;
 use neko_sidecar::callback::images::deliver;
 use neko_sidecar::contract::images::with_chunk;
+use neko_sidecar::picture::{Format, Picture};
 use serde_json::json;
 
 fn main() {
@@ -87,23 +88,20 @@ fn envelope(output: serde_json::Value) -> Envelope {
 fn photo_png() -> Vec<u8> {
     let (w, h) = (1024u32, 768u32);
     let mut seed = 7u32;
-    let img = image::RgbImage::from_fn(w, h, |x, y| {
+    let img = Picture::from_fn(w, h, |x, y| {
         seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
         let grain = ((seed >> 16) & 0x0f) as u8;
-        image::Rgb([
+        [
             (x * 255 / w) as u8 ^ grain,
             (y * 255 / h) as u8 ^ grain,
             ((x + y) % 256) as u8,
-        ])
+        ]
     });
-    let mut buf = std::io::Cursor::new(Vec::new());
-    img.write_to(&mut buf, image::ImageFormat::Png)
-        .expect("encoding the PNG");
-    buf.into_inner()
+    img.to_png().expect("encoding the PNG")
 }
 
 fn pixels(png: &[u8]) -> String {
-    let img = image::load_from_memory(png).expect("decoding the PNG");
+    let img = Picture::decode(png, Format::Png).expect("decoding the PNG");
     format!("{}x{}", img.width(), img.height())
 }
 

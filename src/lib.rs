@@ -26,6 +26,7 @@ pub mod logging;
 pub mod manifest;
 pub mod mcp;
 pub mod os;
+pub mod picture;
 pub mod planner;
 pub mod registration;
 pub mod reload;

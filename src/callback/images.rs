@@ -22,12 +22,12 @@
 //! Pure and CPU-bound (a decode is milliseconds): `call` runs it on the
 //! blocking pool, and only for an answer that carries `images`.
 
-use image::{DynamicImage, ImageFormat};
 use serde_json::{Value as Json, json};
 
 use super::envelope::Envelope;
 use crate::contract::answer::insert_into_output;
 use crate::contract::images::{self as rules, Flaw, MAX_B64_BYTES, MAX_IMAGES, MAX_PIXELS};
+use crate::picture::{Format, Picture};
 
 /// What was done to the images of one answer, for the log and `/metrics`.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -235,31 +235,25 @@ fn repair(entry: &Json, flaw: &Flaw) -> Result<(Json, String), String> {
 /// Decodes what Pillow would not read and encodes it clean: a PNG as a
 /// PNG without metadata, a JPEG as a JPEG; scaled down to main_server's
 /// pixel cap, and as JPEG when no PNG fits its 2 MiB.
-fn reencode(bytes: &[u8]) -> Result<(String, ImageFormat, String), String> {
-    let format = match image::guess_format(bytes) {
-        Ok(f @ (ImageFormat::Png | ImageFormat::Jpeg)) => f,
-        Ok(other) => {
-            return Err(format!(
-                ", and it is {}, which main_server does not take",
-                other.extensions_str().first().unwrap_or(&"another format")
-            ));
-        }
-        Err(_) => return Err(String::new()),
+fn reencode(bytes: &[u8]) -> Result<(String, Format, String), String> {
+    let Some(format) = rules::sniff(bytes) else {
+        return Err(other_format(bytes).map_or_else(String::new, |name| {
+            format!(", and it is {name}, which main_server does not take")
+        }));
     };
-    let picture = image::load_from_memory_with_format(bytes, format)
+    let picture = Picture::decode(bytes, format)
         .map_err(|e| format!(", and it does not decode at all ({e})"))?;
     let picture = within_pixel_cap(picture);
     let (w, h) = (picture.width(), picture.height());
-    if format == ImageFormat::Png {
-        let mut png = std::io::Cursor::new(Vec::new());
-        picture
-            .write_to(&mut png, ImageFormat::Png)
+    if format == Format::Png {
+        let png = picture
+            .to_png()
             .map_err(|e| format!(", and it could not be encoded again ({e})"))?;
-        let b64 = rules::encode_b64(png.get_ref());
+        let b64 = rules::encode_b64(&png);
         if b64.len() <= MAX_B64_BYTES {
             let size = decoded_size(&b64);
             let how = format!("re-encoded as a clean PNG ({w}x{h}, {size})");
-            return Ok((b64, ImageFormat::Png, how));
+            return Ok((b64, Format::Png, how));
         }
     }
     for quality in [90, 80, 65, 50] {
@@ -268,21 +262,46 @@ fn reencode(bytes: &[u8]) -> Result<(String, ImageFormat, String), String> {
         let b64 = rules::encode_b64(&jpeg);
         if b64.len() <= MAX_B64_BYTES {
             let size = decoded_size(&b64);
-            let why = if format == ImageFormat::Png {
+            let why = if format == Format::Png {
                 " (as a PNG it was over main_server's 2 MiB)"
             } else {
                 ""
             };
             let how = format!("re-encoded as JPEG{why} ({w}x{h}, {size})");
-            return Ok((b64, ImageFormat::Jpeg, how));
+            return Ok((b64, Format::Jpeg, how));
         }
     }
     Err(", and even as a JPEG it is over main_server's 2 MiB".into())
 }
 
+/// The common picture formats main_server does not take, by their magic
+/// bytes, to name in the reason.
+fn other_format(bytes: &[u8]) -> Option<&'static str> {
+    const MAGIC: [(&[u8], &str); 8] = [
+        (b"GIF87a", "gif"),
+        (b"GIF89a", "gif"),
+        (b"BM", "bmp"),
+        (b"II*\0", "tiff"),
+        (b"MM\0*", "tiff"),
+        (b"\0\0\x01\0", "ico"),
+        (b"qoif", "qoi"),
+        (b"\x76\x2f\x31\x01", "exr"),
+    ];
+    if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
+        return Some("webp");
+    }
+    if bytes.get(4..12).is_some_and(|b| b == b"ftypavif") {
+        return Some("avif");
+    }
+    MAGIC
+        .iter()
+        .find(|(magic, _)| bytes.starts_with(magic))
+        .map(|(_, name)| *name)
+}
+
 /// `picture` scaled down, keeping its proportions, to at most
 /// main_server's pixel count.
-fn within_pixel_cap(picture: DynamicImage) -> DynamicImage {
+fn within_pixel_cap(picture: Picture) -> Picture {
     let (w, h) = (u64::from(picture.width()), u64::from(picture.height()));
     if w * h <= MAX_PIXELS {
         return picture;
@@ -290,7 +309,7 @@ fn within_pixel_cap(picture: DynamicImage) -> DynamicImage {
     let scale = (MAX_PIXELS as f64 / (w * h) as f64).sqrt();
     let nw = ((w as f64 * scale).floor() as u32).max(1);
     let nh = ((h as f64 * scale).floor() as u32).max(1);
-    picture.resize_exact(nw, nh, image::imageops::FilterType::Triangle)
+    picture.resize_exact(nw, nh)
 }
 
 #[cfg(test)]
@@ -351,10 +370,10 @@ mod tests {
         assert_eq!(sent["vision_prompt"], "look");
         assert!(rules::judge(&Json::Object(sent.clone())).is_ok());
         let bytes = rules::decode_b64_leniently(sent["data_b64"].as_str().unwrap()).unwrap();
-        let pixels = image::load_from_memory(&bytes).unwrap().to_rgb8();
-        let want = image::load_from_memory(&sample_png(8, 6))
+        let pixels = Picture::decode(&bytes, Format::Png).unwrap().to_rgb();
+        let want = Picture::decode(&sample_png(8, 6), Format::Png)
             .unwrap()
-            .to_rgb8();
+            .to_rgb();
         assert_eq!(pixels, want, "the same picture");
         assert_eq!(e.output, json!("see"), "the model is not bothered");
         assert_eq!(e.image_repairs, report.repaired);

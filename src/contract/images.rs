@@ -12,14 +12,14 @@
 //! repairs or refuses one (`callback::images`). Pure: no I/O, no logging.
 
 use std::fmt;
-use std::io::Cursor;
 
 use base64::Engine as _;
 use base64::engine::DecodePaddingMode;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
-use image::{DynamicImage, ImageFormat, ImageReader};
 use serde::Serialize;
 use serde_json::Value as Json;
+
+use crate::picture::{Format, Picture};
 
 /// Only this many entries of `images` are looked at.
 pub(crate) const MAX_IMAGES: usize = 2;
@@ -178,11 +178,11 @@ impl fmt::Display for Flaw {
 pub(crate) struct Accepted {
     /// `data_b64` without whitespace.
     pub b64: String,
-    pub format: ImageFormat,
+    pub format: Format,
     pub width: u32,
     pub height: u32,
     /// The decoded picture (main_server decodes it fully to judge it).
-    pub picture: DynamicImage,
+    pub picture: Picture,
 }
 
 impl Accepted {
@@ -240,24 +240,23 @@ pub(crate) fn judge(entry: &Json) -> Result<Accepted, Flaw> {
 /// The bytes of one image as Pillow judges them: the magic, the structure
 /// (every PNG chunk's CRC, a JPEG's end marker), the pixel cap, and a full
 /// decode. Returns the format, the size and the picture.
-pub(crate) fn judge_bytes(bytes: &[u8]) -> Result<(ImageFormat, u32, u32, DynamicImage), Flaw> {
+pub(crate) fn judge_bytes(bytes: &[u8]) -> Result<(Format, u32, u32, Picture), Flaw> {
     let format = sniff(bytes).ok_or(Flaw::NotAnImage)?;
     let name = format_name(format);
     let broken = |why: String| Flaw::Broken { format: name, why };
-    let structure = if format == ImageFormat::Png {
+    let structure = if format == Format::Png {
         png_structure(bytes)
     } else {
         jpeg_structure(bytes)
     };
     structure.map_err(broken)?;
-    let (width, height) = ImageReader::with_format(Cursor::new(bytes), format)
-        .into_dimensions()
-        .map_err(|e| broken(format!("does not decode ({e})")))?;
+    let (width, height) =
+        Picture::dimensions(bytes, format).map_err(|e| broken(format!("does not decode ({e})")))?;
     if width == 0 || height == 0 || u64::from(width) * u64::from(height) > MAX_PIXELS {
         return Err(Flaw::TooManyPixels { width, height });
     }
-    let picture = image::load_from_memory_with_format(bytes, format)
-        .map_err(|e| broken(format!("does not decode ({e})")))?;
+    let picture =
+        Picture::decode(bytes, format).map_err(|e| broken(format!("does not decode ({e})")))?;
     Ok((format, width, height, picture))
 }
 
@@ -338,30 +337,26 @@ fn jpeg_structure(bytes: &[u8]) -> Result<(), String> {
 const PNG_MAGIC: &[u8] = b"\x89PNG\r\n\x1a\n";
 
 /// What the first bytes say the image is.
-fn sniff(bytes: &[u8]) -> Option<ImageFormat> {
+pub(crate) fn sniff(bytes: &[u8]) -> Option<Format> {
     if bytes.starts_with(PNG_MAGIC) {
-        Some(ImageFormat::Png)
+        Some(Format::Png)
     } else if bytes.starts_with(&[0xff, 0xd8, 0xff]) {
-        Some(ImageFormat::Jpeg)
+        Some(Format::Jpeg)
     } else {
         None
     }
 }
 
-pub(crate) fn mime_of(format: ImageFormat) -> &'static str {
-    if format == ImageFormat::Png {
+pub(crate) fn mime_of(format: Format) -> &'static str {
+    if format == Format::Png {
         "image/png"
     } else {
         "image/jpeg"
     }
 }
 
-fn format_name(format: ImageFormat) -> &'static str {
-    if format == ImageFormat::Png {
-        "PNG"
-    } else {
-        "JPEG"
-    }
+fn format_name(format: Format) -> &'static str {
+    if format == Format::Png { "PNG" } else { "JPEG" }
 }
 
 /// main_server's reading of a declared `mime`: case and parameters do not
@@ -491,7 +486,7 @@ pub(crate) fn read_images(value: &Json) -> ImageReading {
 /// main_server's ladder: scaled down to 720 pixels high (1280 wide) at
 /// JPEG quality 80, then lower heights and qualities, until the base64
 /// fits [`DELIVER_MAX_B64`]; `None` when no step does.
-fn fit_for_delivery(picture: &DynamicImage) -> Option<(String, (u32, u32))> {
+fn fit_for_delivery(picture: &Picture) -> Option<(String, (u32, u32))> {
     for (max_h, quality) in FIT_LADDER {
         let scaled = scale_within(picture, FIT_MAX_WIDTH, max_h);
         let b64 = STANDARD.encode(encode_jpeg(&scaled, quality)?);
@@ -504,23 +499,16 @@ fn fit_for_delivery(picture: &DynamicImage) -> Option<(String, (u32, u32))> {
 
 /// `picture` scaled down (never up) to fit `max_w` x `max_h`, keeping its
 /// proportions.
-pub(crate) fn scale_within(picture: &DynamicImage, max_w: u32, max_h: u32) -> DynamicImage {
+pub(crate) fn scale_within(picture: &Picture, max_w: u32, max_h: u32) -> Picture {
     if picture.width() <= max_w && picture.height() <= max_h {
         return picture.clone();
     }
-    picture.resize(max_w, max_h, image::imageops::FilterType::Triangle)
+    picture.resize_within(max_w, max_h)
 }
 
 /// A JPEG of `picture` (its alpha dropped, as JPEG has none).
-pub(crate) fn encode_jpeg(picture: &DynamicImage, quality: u8) -> Option<Vec<u8>> {
-    let mut buf = Vec::new();
-    let encoder = image::codecs::jpeg::JpegEncoder::new_with_quality(&mut buf, quality);
-    let ok = if picture.color().has_color() {
-        picture.to_rgb8().write_with_encoder(encoder)
-    } else {
-        picture.to_luma8().write_with_encoder(encoder)
-    };
-    ok.ok().map(|()| buf)
+pub(crate) fn encode_jpeg(picture: &Picture, quality: u8) -> Option<Vec<u8>> {
+    picture.to_jpeg(quality).ok()
 }
 
 /// A real PNG of `w` x `h` pixels, as base64: for tests and examples.
@@ -530,11 +518,10 @@ pub fn sample_png_b64(w: u32, h: u32) -> String {
 
 /// A real PNG of `w` x `h` pixels: for tests and examples.
 pub fn sample_png(w: u32, h: u32) -> Vec<u8> {
-    let img = image::RgbImage::from_fn(w, h, |x, y| image::Rgb([x as u8, y as u8, 128]));
-    let mut buf = Cursor::new(Vec::new());
-    // Encoding an in-memory RGB image as PNG cannot fail.
-    let _ = img.write_to(&mut buf, ImageFormat::Png);
-    buf.into_inner()
+    // Encoding an in-memory RGB picture as PNG cannot fail.
+    Picture::from_fn(w, h, |x, y| [x as u8, y as u8, 128])
+        .to_png()
+        .unwrap_or_default()
 }
 
 /// `png` with a `chunk` (4-letter type, data) put right after its `IHDR`,
@@ -584,7 +571,7 @@ mod tests {
     }
 
     fn jpeg(w: u32, h: u32) -> Vec<u8> {
-        let png = image::load_from_memory(&sample_png(w, h)).unwrap();
+        let png = Picture::decode(&sample_png(w, h), Format::Png).unwrap();
         encode_jpeg(&png, 90).unwrap()
     }
 
@@ -657,7 +644,7 @@ mod tests {
             assert!(judge(&entry(&good)).is_ok(), "a right {kind:?} CRC is fine");
             let bad = with_chunk(&png, kind, b"Comment\0edited", true);
             // The `png` crate skips such a chunk and decodes the picture...
-            assert!(image::load_from_memory(&bad).is_ok());
+            assert!(Picture::decode(&bad, Format::Png).is_ok());
             // ...Pillow does not, and neither does main_server.
             let flaw = judge(&entry(&bad)).unwrap_err();
             let name = String::from_utf8_lossy(kind).into_owned();
@@ -741,13 +728,11 @@ mod tests {
     fn a_large_image_is_reencoded_as_jpeg_down_main_servers_ladder() {
         // Noise does not compress: this PNG is well over 500 KiB of base64.
         let mut seed = 1u32;
-        let img = image::RgbImage::from_fn(1000, 500, |_, _| {
+        let img = Picture::from_fn(1000, 500, |_, _| {
             seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-            image::Rgb([(seed >> 16) as u8, (seed >> 8) as u8, seed as u8])
+            [(seed >> 16) as u8, (seed >> 8) as u8, seed as u8]
         });
-        let mut buf = Cursor::new(Vec::new());
-        img.write_to(&mut buf, ImageFormat::Png).unwrap();
-        let b64 = STANDARD.encode(buf.into_inner());
+        let b64 = STANDARD.encode(img.to_png().unwrap());
         assert!(b64.len() > DELIVER_MAX_B64 && b64.len() <= MAX_B64_BYTES);
         let r = read_images(&json!([{"data_b64": b64, "mime": "image/png"}]));
         let out = &r.images[0];

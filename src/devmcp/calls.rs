@@ -9,14 +9,13 @@
 //! (`isError: true`), as MCP asks, so that a model could correct itself;
 //! only `rpc_error` and an unknown tool are JSON-RPC errors.
 
-use std::io::Cursor;
-
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use image::{ImageFormat, Rgb, RgbImage};
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Resource};
 use serde_json::{Number, Value, json};
+
+use crate::picture::Picture;
 
 /// The message of `rpc_error`'s JSON-RPC error.
 pub const RPC_ERROR_MESSAGE: &str = "rpc_error always fails: this is the stand-in's JSON-RPC error";
@@ -140,24 +139,20 @@ fn tool_error(message: &str) -> CallToolResult {
 /// 50 KiB of base64), in base64.
 fn photo_b64() -> String {
     let mut seed = 11u32;
-    let img = RgbImage::from_fn(160, 120, |x, y| {
+    let img = Picture::from_fn(160, 120, |x, y| {
         seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-        Rgb([(x + (seed >> 24)) as u8, (y * 2) as u8, (seed >> 16) as u8])
+        [(x + (seed >> 24)) as u8, (y * 2) as u8, (seed >> 16) as u8]
     });
-    let mut buf = Cursor::new(Vec::new());
     // As `png_b64`: encoding into a Vec cannot fail.
-    let _ = img.write_to(&mut buf, ImageFormat::Png);
-    STANDARD.encode(buf.into_inner())
+    STANDARD.encode(img.to_png().unwrap_or_default())
 }
 
 /// A real 16x16 PNG of one colour, in base64.
 pub(crate) fn png_b64(colour: [u8; 3]) -> String {
-    let img = RgbImage::from_pixel(SIDE, SIDE, Rgb(colour));
-    let mut buf = Cursor::new(Vec::new());
+    let img = Picture::from_fn(SIDE, SIDE, |_, _| colour);
     // Encoding a small in-memory image as PNG into a Vec cannot fail; if it
     // ever did, the client would get an empty image, which its checks report.
-    let _ = img.write_to(&mut buf, ImageFormat::Png);
-    STANDARD.encode(buf.into_inner())
+    STANDARD.encode(img.to_png().unwrap_or_default())
 }
 
 /// A valid WAV file: 8 kHz, 8-bit mono PCM, eight samples of silence.
@@ -217,7 +212,7 @@ mod tests {
             let img = c.as_image().expect("an image");
             assert_eq!(img.mime_type, "image/png");
             let bytes = STANDARD.decode(&img.data).expect("base64");
-            let decoded = image::load_from_memory(&bytes).expect("a PNG");
+            let decoded = Picture::decode(&bytes, crate::picture::Format::Png).expect("a PNG");
             assert_eq!((decoded.width(), decoded.height()), (16, 16));
             data.push(img.data.clone());
         }
