@@ -83,9 +83,13 @@ fi
 [ "$check" = 0 ] || command -v file >/dev/null 2>&1 || apt_install file
 
 mkdir -p "$dist"
+# One cargo for every target: on 2 cores one target's serial stretches (our
+# own crate, the link) overlap the other's dependencies (issue 34).
+target_args=()
+for t in $targets; do target_args+=(--target "$t"); done
+cargo build --release --locked "${target_args[@]}" --bin neko-sidecar
 archives=()
 for t in $targets; do
-  cargo build --release --locked --target "$t" --bin neko-sidecar
   name="neko-sidecar-$version-$t"
   stage="$(mktemp -d)"
   trap 'rm -rf "$stage"' EXIT
