@@ -62,7 +62,9 @@ print("\nThe release build's ten longest units (`cargo build --release --timings
 print("| unit | seconds |")
 print("|---|---:|")
 for u in sorted(units, key=lambda u: -u["duration"])[:10]:
-    print(f"| {u['name']} {u['version']} | {u['duration']:.1f} |")
+    # "target" names the kind for a package's non-library units (" bin").
+    kind = u.get("target", "").strip() or "lib"
+    print(f"| {u['name']} {u['version']} ({kind}) | {u['duration']:.1f} |")
 print(f"\n{len(units)} units, {sum(u['duration'] for u in units):.0f} s of unit time in all")
 PY
 for exe in "$CARGO_TARGET_DIR/release/neko-sidecar"; do
