@@ -24,7 +24,8 @@
 # result goes to bench/results/partial/, BENCHMARKS.md is left alone),
 # NEKO_SIDECAR_BIN (the daemon binary to measure, default
 # target/release/neko-sidecar; the drivers read it too),
-# BENCH_HALT_POLL_NS.
+# BENCH_HALT_POLL_NS, BENCH_KEEP_WORK=1 (keep the work directory, with every
+# process's log, and say where).
 #
 # BENCH_HALT_POLL_NS=N: in a VM guest whose idle driver is cpuidle-haltpoll,
 # idle vCPUs poll for up to N ns before halting, for the run (restored on
@@ -88,7 +89,7 @@ cleanup() {
         wait "$p" 2>/dev/null || true
     done
     if [ -n "${HALT_POLL_WAS:-}" ]; then echo "$HALT_POLL_WAS" >"$HALT_POLL" || true; fi
-    rm -rf "$WORK"
+    [ -n "${BENCH_KEEP_WORK:-}" ] && echo "kept $WORK" >&2 || rm -rf "$WORK"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

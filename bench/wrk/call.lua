@@ -1,10 +1,13 @@
 -- wrk script: POST a callback body as main_server sends it, and print the
 -- figures bench/run.sh reads (latency in microseconds).
--- The tool name comes from $TOOL (default "w").
+-- The tool name comes from $TOOL (default "w"), its arguments (a JSON
+-- object with no backslash in it) from $ARGS (default {"city":"Tokyo"}).
 local tool = os.getenv("TOOL") or "w"
+local args = os.getenv("ARGS") or '{"city":"Tokyo"}'
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
-wrk.body = '{"name":"' .. tool .. '","arguments":{"city":"Tokyo"},"call_id":"x","raw_arguments":"{\\"city\\":\\"Tokyo\\"}"}'
+wrk.body = '{"name":"' .. tool .. '","arguments":' .. args .. ',"call_id":"x","raw_arguments":"'
+  .. args:gsub('"', '\\"') .. '"}'
 
 done = function(summary, latency, requests)
   local e = summary.errors
