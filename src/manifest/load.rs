@@ -604,7 +604,7 @@ fn read_http(r: &mut TableReader<'_, '_>, base: &Path, ctx: &LoadContext) -> Opt
     match parsed.scheme() {
         "http" => {}
         "https" => {
-            r.error(&sp, format!("handler `url` \"{url}\" uses https: handlers are reached on this machine over plain http (this build has no TLS)"));
+            r.error(&sp, format!("handler `url` \"{url}\" uses https: handlers are reached on this machine over plain http (https is for remote MCP servers: a [[mcp_server]] with an https `url`)"));
             return None;
         }
         other => {

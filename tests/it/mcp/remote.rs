@@ -547,3 +547,128 @@ async fn an_mcp_adapter_config_with_stdio_sse_and_streamable_http_over_https_is_
         "{transports:?}"
     );
 }
+
+/// A front that answers every request for `/moved` with a 307 to
+/// `location` and forwards every other request to `backend` (method,
+/// headers, body; the answer streamed back, events included), so that a
+/// server's URL can redirect. Stops when dropped.
+struct Redirector {
+    addr: std::net::SocketAddr,
+    _stop: tokio_util::sync::DropGuard,
+}
+
+impl Redirector {
+    async fn start(backend: std::net::SocketAddr, location: Option<String>) -> Self {
+        use axum::body::Body;
+        use axum::extract::{Request, State};
+        use axum::http::{HeaderValue, StatusCode, header};
+        use axum::response::Response;
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        // The same origin unless told otherwise.
+        let location = location.unwrap_or_else(|| format!("http://{addr}{HTTP_PATH}"));
+        let moved = move || {
+            let location = location.clone();
+            async move {
+                let mut r = Response::new(Body::empty());
+                *r.status_mut() = StatusCode::TEMPORARY_REDIRECT;
+                r.headers_mut()
+                    .insert(header::LOCATION, HeaderValue::from_str(&location).unwrap());
+                r
+            }
+        };
+        async fn forward(
+            State((client, backend)): State<(reqwest::Client, std::net::SocketAddr)>,
+            req: Request,
+        ) -> Response {
+            let (parts, body) = req.into_parts();
+            let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            let mut out = client
+                .request(parts.method, format!("http://{backend}{path}"))
+                .body(body);
+            for (k, v) in &parts.headers {
+                if k != header::HOST && k != header::CONTENT_LENGTH {
+                    out = out.header(k, v);
+                }
+            }
+            let answer = out.send().await.unwrap();
+            let mut r = Response::builder().status(answer.status());
+            for (k, v) in answer.headers() {
+                // Hop by hop: hyper frames the streamed body itself.
+                if k != header::TRANSFER_ENCODING
+                    && k != header::CONTENT_LENGTH
+                    && k != header::CONNECTION
+                {
+                    r = r.header(k, v);
+                }
+            }
+            r.body(Body::from_stream(answer.bytes_stream())).unwrap()
+        }
+        let router = axum::Router::new()
+            .route("/moved", axum::routing::any(moved))
+            .fallback(forward)
+            .with_state((neko_sidecar::tls::plain_http().build().unwrap(), backend));
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(token.cancelled_owned())
+                .await
+        });
+        Self {
+            addr,
+            _stop: stop.drop_guard(),
+        }
+    }
+}
+
+/// Point 2, redirects: a server whose URL redirects within its origin is
+/// followed (tools registered and called through the redirect); one whose
+/// URL redirects to another origin (another port of the same address) is
+/// refused with the reason, and that origin never sees a connection: the
+/// request's headers (an API key) stay with the server the user named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_are_followed_within_the_origin_and_refused_to_another() {
+    let (backend, _backend) = plain_http_backend().await;
+    let same = Redirector::start(backend, None).await;
+    let elsewhere = Silent::start().await;
+    let away = Redirector::start(
+        backend,
+        Some(format!("http://{}{HTTP_PATH}", elsewhere.addr)),
+    )
+    .await;
+    let transport = "transport = \"streamable-http\"";
+    let manifest = [
+        http_server("moved", &format!("http://{}/moved", same.addr), transport),
+        http_server(
+            "away",
+            &format!("http://{}/moved", away.addr),
+            &format!("{transport}\nheaders = {{ Authorization = \"Bearer not-for-elsewhere\" }}"),
+        ),
+    ]
+    .concat();
+    let rig = Rig::start(&manifest).await;
+    wait_ours(&rig.h, &prefixed("moved_", &DEV_TOOLS)).await;
+    echoed(
+        &rig.call("moved_echo", json!({"text": "through a redirect"}))
+            .await,
+        "through a redirect",
+    )
+    .unwrap();
+    let why = rig
+        .wait_server("away", "a failed connection", |s| s.last_error.is_some())
+        .await
+        .last_error
+        .unwrap();
+    for part in [
+        "a redirect to another origin",
+        &format!("http://{}", elsewhere.addr),
+        "was refused",
+    ] {
+        assert!(why.contains(part), "{part:?} missing: {why}");
+    }
+    assert!(rig.status("away").tools.is_empty());
+    assert_eq!(*elsewhere.accepted.lock().unwrap(), 0);
+}
