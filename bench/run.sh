@@ -385,19 +385,18 @@ write_bench_agent() {
     write_bench_tools "$1/tools.d/bench.toml"
 }
 
-# start_nginx UPSTREAM_PORT: nginx as a reverse proxy to 127.0.0.1:PORT with
-# a keep-alive upstream (the baseline of benchmark 1); sets NGINX_URL (its
-# /w URL) and NGINX_PIDS (the master, then its workers).
-start_nginx() {
-    local np master
-    np=$(free_port)
+# write_nginx_conf WORKERS CONNECTIONS BLOCKS: $WORK/nginx/nginx.conf, an
+# nginx in the foreground with its pid, log and temporary files under
+# $WORK/nginx, no access log, and BLOCKS (its upstreams and servers) inside
+# http { } (bench/tls.sh's front uses it too).
+write_nginx_conf() {
     mkdir -p "$WORK/nginx/tmp"
     cat >"$WORK/nginx/nginx.conf" <<EOF
-worker_processes auto;
+worker_processes $1;
 daemon off;
 pid $WORK/nginx/nginx.pid;
 error_log $WORK/nginx/error.log warn;
-events { worker_connections 4096; }
+events { worker_connections $2; }
 http {
     access_log off;
     client_body_temp_path $WORK/nginx/tmp/body;
@@ -405,6 +404,18 @@ http {
     fastcgi_temp_path $WORK/nginx/tmp/fastcgi;
     uwsgi_temp_path $WORK/nginx/tmp/uwsgi;
     scgi_temp_path $WORK/nginx/tmp/scgi;
+$3
+}
+EOF
+}
+
+# start_nginx UPSTREAM_PORT: nginx as a reverse proxy to 127.0.0.1:PORT with
+# a keep-alive upstream (the baseline of benchmark 1); sets NGINX_URL (its
+# /w URL) and NGINX_PIDS (the master, then its workers).
+start_nginx() {
+    local np master
+    np=$(free_port)
+    write_nginx_conf auto 4096 "$(cat <<EOF
     upstream handler {
         server 127.0.0.1:$1;
         keepalive 128;
@@ -417,8 +428,8 @@ http {
             proxy_set_header Connection "";
         }
     }
-}
 EOF
+)"
     start_bg nginx "$NGINX" -p "$WORK/nginx" -e "$WORK/nginx/error.log" -c "$WORK/nginx/nginx.conf"
     master=$LAST_PID
     NGINX_URL=http://127.0.0.1:$np/w

@@ -52,20 +52,7 @@ make_ca() {
 start_front() {
     PLAIN_PORT=$(free_port)
     TLS_PORT=$(free_port)
-    mkdir -p "$WORK/nginx/tmp"
-    cat >"$WORK/nginx/nginx.conf" <<EOF
-worker_processes 1;
-daemon off;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path $WORK/nginx/tmp/body;
-    proxy_temp_path $WORK/nginx/tmp/proxy;
-    fastcgi_temp_path $WORK/nginx/tmp/fastcgi;
-    uwsgi_temp_path $WORK/nginx/tmp/uwsgi;
-    scgi_temp_path $WORK/nginx/tmp/scgi;
+    write_nginx_conf 1 1024 "$(cat <<EOF
     upstream mcp {
         server 127.0.0.1:$1;
         keepalive 64;
@@ -86,8 +73,8 @@ http {
             proxy_read_timeout 1h;
         }
     }
-}
 EOF
+)"
     start_bg nginx "$NGINX" -p "$WORK/nginx" -e "$WORK/nginx/error.log" -c "$WORK/nginx/nginx.conf"
     wait_http "http://127.0.0.1:$PLAIN_PORT/" nginx
 }
