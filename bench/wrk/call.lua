@@ -12,8 +12,8 @@ wrk.body = '{"name":"' .. tool .. '","arguments":' .. args .. ',"call_id":"x","r
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
-    "RESULT p50_us=%d p99_us=%d rps=%.1f requests=%d socket_errors=%d non2xx=%d\n",
-    latency:percentile(50), latency:percentile(99),
+    "RESULT p50_us=%d p90_us=%d p99_us=%d rps=%.1f requests=%d socket_errors=%d non2xx=%d\n",
+    latency:percentile(50), latency:percentile(90), latency:percentile(99),
     summary.requests / (summary.duration / 1e6), summary.requests,
     e.connect + e.read + e.write + e.timeout, e.status))
 end

@@ -548,17 +548,20 @@ async fn an_mcp_adapter_config_with_stdio_sse_and_streamable_http_over_https_is_
     );
 }
 
-/// A front that answers every request for `/moved` with a 307 to
-/// `location` and forwards every other request to `backend` (method,
-/// headers, body; the answer streamed back, events included), so that a
-/// server's URL can redirect. Stops when dropped.
+/// A front that answers every request for `/moved` with a 307 to the
+/// `location` made of its own address and forwards every other request to
+/// `backend` (method, headers, body; the answer streamed back, events
+/// included), so that a server's URL can redirect. Stops when dropped.
 struct Redirector {
     addr: std::net::SocketAddr,
     _stop: tokio_util::sync::DropGuard,
 }
 
 impl Redirector {
-    async fn start(backend: std::net::SocketAddr, location: Option<String>) -> Self {
+    async fn start(
+        backend: std::net::SocketAddr,
+        location: impl FnOnce(std::net::SocketAddr) -> String,
+    ) -> Self {
         use axum::body::Body;
         use axum::extract::{Request, State};
         use axum::http::{HeaderValue, StatusCode, header};
@@ -566,8 +569,7 @@ impl Redirector {
 
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        // The same origin unless told otherwise.
-        let location = location.unwrap_or_else(|| format!("http://{addr}{HTTP_PATH}"));
+        let location = location(addr);
         let moved = move || {
             let location = location.clone();
             async move {
@@ -632,13 +634,10 @@ impl Redirector {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redirects_are_followed_within_the_origin_and_refused_to_another() {
     let (backend, _backend) = plain_http_backend().await;
-    let same = Redirector::start(backend, None).await;
+    let same = Redirector::start(backend, |me| format!("http://{me}{HTTP_PATH}")).await;
     let elsewhere = Silent::start().await;
-    let away = Redirector::start(
-        backend,
-        Some(format!("http://{}{HTTP_PATH}", elsewhere.addr)),
-    )
-    .await;
+    let away =
+        Redirector::start(backend, |_| format!("http://{}{HTTP_PATH}", elsewhere.addr)).await;
     let transport = "transport = \"streamable-http\"";
     let manifest = [
         http_server("moved", &format!("http://{}/moved", same.addr), transport),
@@ -655,6 +654,57 @@ async fn redirects_are_followed_within_the_origin_and_refused_to_another() {
         &rig.call("moved_echo", json!({"text": "through a redirect"}))
             .await,
         "through a redirect",
+    )
+    .unwrap();
+    let why = rig
+        .wait_server("away", "a failed connection", |s| s.last_error.is_some())
+        .await
+        .last_error
+        .unwrap();
+    for part in [
+        "a redirect to another origin",
+        &format!("http://{}", elsewhere.addr),
+        "was refused",
+    ] {
+        assert!(why.contains(part), "{part:?} missing: {why}");
+    }
+    assert!(rig.status("away").tools.is_empty());
+    assert_eq!(*elsewhere.accepted.lock().unwrap(), 0);
+}
+
+/// Point 2 over the legacy HTTP+SSE transport, whose event stream is a GET
+/// and whose messages are POSTs to the `endpoint` it names: a stream URL
+/// that redirects within its origin is followed (tools registered and
+/// called, the POSTs through the same front); one that redirects to
+/// another origin is refused with the reason, and that origin never sees
+/// a connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sse_url_is_redirected_within_its_origin_and_never_to_another() {
+    let sse = SseMcp::start(SseEndpoint::Relative).await;
+    let backend: std::net::SocketAddr = sse
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches(SSE_PATH)
+        .parse()
+        .unwrap();
+    let same = Redirector::start(backend, |me| format!("http://{me}{SSE_PATH}")).await;
+    let elsewhere = Silent::start().await;
+    let away = Redirector::start(backend, |_| format!("http://{}{SSE_PATH}", elsewhere.addr)).await;
+    let manifest = [
+        sse_server("moved", &format!("http://{}/moved", same.addr), ""),
+        sse_server(
+            "away",
+            &format!("http://{}/moved", away.addr),
+            "headers = { Authorization = \"Bearer not-for-elsewhere\" }",
+        ),
+    ]
+    .concat();
+    let rig = Rig::start(&manifest).await;
+    wait_ours(&rig.h, &prefixed("moved_", &DEV_TOOLS)).await;
+    echoed(
+        &rig.call("moved_echo", json!({"text": "over a redirected stream"}))
+            .await,
+        "over a redirected stream",
     )
     .unwrap();
     let why = rig
