@@ -12,9 +12,7 @@ use rustix::process::Signal;
 use serde_json::json;
 
 use crate::support::daemon::*;
-use crate::support::{
-    WAIT, Workspace, count_requests, describe, dev_server, wait_stand_in, wait_until,
-};
+use crate::support::{WAIT, Workspace, count_requests, dev_server, wait_stand_in, wait_until};
 
 /// Scheduling slack on top of a deadline, on a busy 2-core machine.
 const MARGIN: Duration = Duration::from_millis(1500);
@@ -58,25 +56,7 @@ async fn stops_cleanly_on(sig: Signal) {
     assert_eq!(status.code(), Some(0), "{:#?}", sidecar.stderr());
     eprintln!("stopped {:?} after the signal", sent.elapsed());
 
-    let after: Vec<_> = h.requests().into_iter().skip(before).collect();
-    let writes: Vec<_> = after.iter().filter(|r| r.method == "POST").collect();
-    assert_eq!(
-        writes.len(),
-        1,
-        "one request removes our tools: {writes:#?}"
-    );
-    assert_eq!(writes[0].path, "/api/tools/clear");
-    assert_eq!(writes[0].body, json!({"source": SOURCE, "role": null}));
-    assert_eq!(writes[0].status, Some(200));
-
-    let snap = h.registry_snapshot();
-    for role in snap.role_names() {
-        assert!(ours(&snap, role).is_empty(), "{}", describe(&snap));
-        assert!(
-            snap.names(role).contains(&"recall_memory"),
-            "built-ins stay"
-        );
-    }
+    cleared_once(&h, before);
     assert!(
         warnings(&sidecar.stderr()).is_empty(),
         "{:#?}",

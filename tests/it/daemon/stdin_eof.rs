@@ -11,7 +11,6 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use neko_sidecar::devserver::DevServerHandle;
-use serde_json::json;
 use tokio::process::Command;
 
 use crate::support::daemon::*;
@@ -19,6 +18,15 @@ use crate::support::{BIN, Workspace, describe, dev_server};
 
 /// Scheduling slack on top of the 2 s shutdown deadline (Wine is slower).
 const WITHIN: Duration = Duration::from_secs(if cfg!(windows) { 10 } else { 4 });
+
+/// The sidecar has not taken the end of stdin as a stop request (yet).
+fn assert_still_running(sidecar: &Sidecar, why: &str) {
+    assert!(
+        sidecar.stderr().iter().all(|l| !l.contains("stdin closed")),
+        "{why}: {:#?}",
+        sidecar.stderr()
+    );
+}
 
 /// A daemon with `alpha` and `beta` registered, whose stdin is the read end
 /// of a pipe; the write end is returned.
@@ -41,27 +49,7 @@ async fn registered_on_pipe() -> (Workspace, DevServerHandle, Sidecar, std::io::
 async fn stopped_cleanly(h: &DevServerHandle, sidecar: &mut Sidecar, before: usize) {
     let status = sidecar.exit_within(WITHIN).await;
     assert_eq!(status.code(), Some(0), "{:#?}", sidecar.stderr());
-    let writes: Vec<_> = h
-        .requests()
-        .into_iter()
-        .skip(before)
-        .filter(|r| r.method == "POST")
-        .collect();
-    assert_eq!(
-        writes.len(),
-        1,
-        "one request removes our tools: {writes:#?}"
-    );
-    assert_eq!(writes[0].path, "/api/tools/clear");
-    assert_eq!(writes[0].body, json!({"source": SOURCE, "role": null}));
-    let snap = h.registry_snapshot();
-    for role in snap.role_names() {
-        assert!(ours(&snap, role).is_empty(), "{}", describe(&snap));
-        assert!(
-            snap.names(role).contains(&"recall_memory"),
-            "built-ins stay"
-        );
-    }
+    cleared_once(h, before);
     assert!(
         sidecar
             .stderr()
@@ -82,11 +70,7 @@ async fn closing_stdin_clears_our_tools_and_exits_0() {
         w.write_all(b"anything\n").unwrap();
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        sidecar.stderr().iter().all(|l| !l.contains("stdin closed")),
-        "data is not an end: {:#?}",
-        sidecar.stderr()
-    );
+    assert_still_running(&sidecar, "data is not an end");
     let before = h.requests().len();
     drop(writer);
     stopped_cleanly(&h, &mut sidecar, before).await;
@@ -110,11 +94,7 @@ async fn the_death_of_the_process_holding_the_pipe_stops_it_too() {
     drop(parent);
     // Still running while the parent lives.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        sidecar.stderr().iter().all(|l| !l.contains("stdin closed")),
-        "{:#?}",
-        sidecar.stderr()
-    );
+    assert_still_running(&sidecar, "still running");
     let before = h.requests().len();
     parent_child.start_kill().expect("killing the parent");
     let _ = parent_child.wait().await;
@@ -131,11 +111,7 @@ async fn without_the_flag_the_end_of_stdin_changes_nothing() {
     let mut sidecar = Sidecar::spawn(&config);
     wait_holds(&h, &[("alpha", "v1")]).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        sidecar.stderr().iter().all(|l| !l.contains("stdin closed")),
-        "{:#?}",
-        sidecar.stderr()
-    );
+    assert_still_running(&sidecar, "still running");
     sidecar.kill().await;
 }
 

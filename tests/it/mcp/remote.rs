@@ -8,13 +8,11 @@ use neko_sidecar::devmcp::{self, DevMcpOptions, HTTP_PATH, SSE_PATH, SseEndpoint
 use neko_sidecar::mcp::Phase;
 use serde_json::json;
 use tokio::net::TcpListener;
-use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::daemon::clean_env;
 use crate::support::mcp::*;
 use crate::support::tls::{Silent, TestCa, TlsFront, Validity};
-use crate::support::{BIN, WAIT, Workspace};
+use crate::support::{BIN, Workspace};
 
 /// The stand-in MCP server over Streamable HTTP on a plain port-0
 /// listener; stops when the token drops.
@@ -139,17 +137,11 @@ async fn certificates_not_trusted_expired_or_for_another_name_are_refused_with_t
     assert!(rig.statuses().iter().all(|s| s.tools.is_empty()));
 
     // `check --probe` says the same, at once.
-    let ws = Workspace::new();
-    ws.write_tool("mcp.toml", &http_server("untrusted", &url(&untrusted), ""));
-    let config = ws.write_config(&fast_agent(&ws, "http://127.0.0.1:9"));
-    let mut cmd = Command::new(BIN);
-    cmd.arg("check").arg("--probe").arg("--config").arg(&config);
-    clean_env(&mut cmd);
-    cmd.kill_on_drop(true);
-    let out = tokio::time::timeout(WAIT, cmd.output())
-        .await
-        .expect("check --probe ends")
-        .expect("running check --probe");
+    let out = probe(
+        &Workspace::new(),
+        &http_server("untrusted", &url(&untrusted), ""),
+    )
+    .await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(
@@ -169,6 +161,10 @@ async fn certificates_not_trusted_expired_or_for_another_name_are_refused_with_t
 #[cfg(unix)] // the sidecar as a child, its stderr read whole
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_in_a_header_and_in_the_query_appear_on_no_surface() {
+    use crate::support::WAIT;
+    use crate::support::daemon::clean_env;
+    use tokio::process::Command;
+
     use crate::support::daemon::{Sidecar, run_command};
     use crate::support::{dev_server, http_client, refused_port};
 
@@ -341,6 +337,7 @@ async fn connect_and_read_timeouts_end_a_silent_server_and_the_others_are_not_he
 #[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_clears_in_its_budget_while_a_tls_handshake_hangs() {
+    use crate::support::WAIT;
     use crate::support::daemon::Sidecar;
     use crate::support::dev_server;
 
@@ -381,6 +378,7 @@ async fn sigterm_clears_in_its_budget_while_a_tls_handshake_hangs() {
 #[cfg(unix)] // the sidecar as a child, with HTTPS_PROXY in its environment
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remote_servers_go_through_the_proxy_and_loopback_ones_never_do() {
+    use crate::support::WAIT;
     use crate::support::daemon::{Sidecar, run_command};
     use crate::support::tls::ConnectProxy;
     use crate::support::{dev_server, refused_port};

@@ -14,18 +14,14 @@
 //! delay and the real 120 s budget, where the same fixture also makes
 //! rmcp's `Auto` mode fail as the issue describes.
 
-use std::process::Output;
-
 use neko_sidecar::devmcp::{self, DevMcpOptions, HTTP_PATH};
 use neko_sidecar::mcp::Phase;
 use serde_json::json;
 use tokio::net::TcpListener;
-use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::daemon::clean_env;
+use crate::support::Workspace;
 use crate::support::mcp::*;
-use crate::support::{BIN, WAIT, Workspace};
 
 /// The stand-in's delay before its first answer, in ms.
 const DELAY_MS: u64 = 2000;
@@ -113,25 +109,10 @@ async fn a_slow_http_server_of_either_generation_connects_at_its_first_start() {
     stop.cancel();
 }
 
-/// `check --probe` on a workspace whose `tools/mcp.toml` is `manifest`.
-async fn probe(manifest: &str) -> Output {
-    let ws = Workspace::new();
-    ws.write_tool("mcp.toml", manifest);
-    let config = ws.write_config(&fast_agent(&ws, "http://127.0.0.1:9"));
-    let mut cmd = Command::new(BIN);
-    cmd.arg("check").arg("--probe").arg("--config").arg(&config);
-    clean_env(&mut cmd);
-    cmd.kill_on_drop(true);
-    tokio::time::timeout(WAIT, cmd.output())
-        .await
-        .expect("check --probe ends")
-        .expect("running check --probe")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_probe_agrees_with_run_on_a_slow_server_within_and_past_its_budget() {
     // Within: the older one too, started twice.
-    let out = probe(&slow_stdio("old", true, BUDGET)).await;
+    let out = probe(&Workspace::new(), &slow_stdio("old", true, BUDGET)).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(
@@ -142,7 +123,7 @@ async fn check_probe_agrees_with_run_on_a_slow_server_within_and_past_its_budget
     // Past it, at both starts: the probe fails with the error the daemon
     // reports.
     let past = slow_stdio("late", false, "startup_timeout_seconds = 1");
-    let out = probe(&past).await;
+    let out = probe(&Workspace::new(), &past).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     // Each part followed by how its process ended.

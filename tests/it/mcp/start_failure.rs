@@ -7,12 +7,10 @@
 use std::process::Output;
 
 use serde_json::Value;
-use tokio::process::Command;
 
 use crate::support::admin::start;
-use crate::support::daemon::clean_env;
 use crate::support::mcp::*;
-use crate::support::{BIN, WAIT, Workspace, dev_server};
+use crate::support::{Workspace, dev_server};
 
 /// What a Python server prints when the `mcp` package is missing, then
 /// exit 1, as `python3 weather.py` does.
@@ -33,20 +31,6 @@ fn sh_server(ws: &Workspace, name: &str, script: &str) -> String {
         "[[mcp_server]]\nname = \"{name}\"\ncommand = [\"sh\", \"{}\"]\n",
         path.display()
     )
-}
-
-/// `check --probe` of `manifest`; main_server is never contacted.
-async fn probe(ws: &Workspace, manifest: &str) -> Output {
-    ws.write_tool("mcp.toml", manifest);
-    let config = ws.write_config(&fast_agent(ws, "http://127.0.0.1:9"));
-    let mut cmd = Command::new(BIN);
-    cmd.arg("check").arg("--probe").arg("--config").arg(&config);
-    clean_env(&mut cmd);
-    cmd.kill_on_drop(true);
-    tokio::time::timeout(WAIT, cmd.output())
-        .await
-        .expect("check --probe ends")
-        .expect("running check --probe")
 }
 
 /// The line of `check --probe`'s output that says why `name` failed.

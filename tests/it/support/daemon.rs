@@ -175,6 +175,34 @@ pub fn ours<'a>(snap: &'a RegistrySnapshot, role: &str) -> Vec<&'a Tool> {
         .collect()
 }
 
+/// The clean stop as main_server saw it, in the requests after the first
+/// `before`: exactly one write, a `clear` of our source that succeeded; none
+/// of our tools left in any role, and the built-ins untouched.
+pub fn cleared_once(h: &DevServerHandle, before: usize) {
+    let writes: Vec<_> = h
+        .requests()
+        .into_iter()
+        .skip(before)
+        .filter(|r| r.method == "POST")
+        .collect();
+    assert_eq!(
+        writes.len(),
+        1,
+        "one request removes our tools: {writes:#?}"
+    );
+    assert_eq!(writes[0].path, "/api/tools/clear");
+    assert_eq!(writes[0].body, json!({"source": SOURCE, "role": null}));
+    assert_eq!(writes[0].status, Some(200));
+    let snap = h.registry_snapshot();
+    for role in snap.role_names() {
+        assert!(ours(&snap, role).is_empty(), "{}", super::describe(&snap));
+        assert!(
+            snap.names(role).contains(&"recall_memory"),
+            "built-ins stay"
+        );
+    }
+}
+
 /// Names of our tools in `role`, sorted.
 pub fn our_names(snap: &RegistrySnapshot, role: &str) -> Vec<String> {
     let mut v: Vec<String> = ours(snap, role).iter().map(|t| t.name.clone()).collect();

@@ -215,3 +215,18 @@ pub fn echoed(a: &InvokeAnswer, text: &str) -> Result<(), String> {
         Err(format!("is_error {}: {}", a.is_error, a.model_text))
     }
 }
+
+/// `check --probe` of a workspace whose `tools/mcp.toml` is `manifest`
+/// (main_server is never contacted: its URL is a closed port).
+pub async fn probe(ws: &Workspace, manifest: &str) -> std::process::Output {
+    ws.write_tool("mcp.toml", manifest);
+    let config = ws.write_config(&fast_agent(ws, "http://127.0.0.1:9"));
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.arg("check").arg("--probe").arg("--config").arg(&config);
+    super::daemon::clean_env(&mut cmd);
+    cmd.kill_on_drop(true);
+    tokio::time::timeout(WAIT, cmd.output())
+        .await
+        .expect("check --probe ends")
+        .expect("running check --probe")
+}
