@@ -45,6 +45,20 @@ fn warnings(lines: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// Writes the tool `hang`: an exec handler that appends its pid to the
+/// returned file, then sleeps 300 s without answering.
+fn hang_tool(ws: &Workspace) -> std::path::PathBuf {
+    let started = ws.root.join("started");
+    ws.write_tool(
+        "hang.toml",
+        &format!(
+            "[[tool]]\nname = \"hang\"\ndescription = \"never answers\"\ntimeout_seconds = 60\nhandler = {{ type = \"exec\", command = [\"sh\", \"-c\", \"echo $$ >> {}; exec sleep 300\"] }}\n",
+            started.display()
+        ),
+    );
+    started
+}
+
 /// Sends `sig` and checks the clean stop: exit 0 within the 2 s deadline,
 /// one `clear` of our source, none of our tools left, built-ins untouched.
 async fn stops_cleanly_on(sig: Signal) {
@@ -142,14 +156,7 @@ async fn sigterm_with_main_server_hanging_exits_0_at_the_deadline() {
 async fn sigterm_with_main_server_and_a_handler_hanging_exits_by_the_deadline() {
     let h = dev_server().await;
     let ws = Workspace::new();
-    let started = ws.root.join("started");
-    ws.write_tool(
-        "hang.toml",
-        &format!(
-            "[[tool]]\nname = \"hang\"\ndescription = \"never answers\"\ntimeout_seconds = 60\nhandler = {{ type = \"exec\", command = [\"sh\", \"-c\", \"echo $$ > {}; exec sleep 300\"] }}\n",
-            started.display()
-        ),
-    );
+    let started = hang_tool(&ws);
     let mut agent = ws.agent(&h.url());
     agent.request_timeout = "10s".into();
     agent.shutdown_deadline = "1s".into();
@@ -207,14 +214,7 @@ async fn sigterm_with_main_server_and_a_handler_hanging_exits_by_the_deadline() 
 async fn handlers_in_flight_die_with_a_sidecar_killed_by_sigkill() {
     let h = dev_server().await;
     let ws = Workspace::new();
-    let started = ws.root.join("started");
-    ws.write_tool(
-        "hang.toml",
-        &format!(
-            "[[tool]]\nname = \"hang\"\ndescription = \"never answers\"\ntimeout_seconds = 60\nhandler = {{ type = \"exec\", command = [\"sh\", \"-c\", \"echo $$ >> {}; exec sleep 300\"] }}\n",
-            started.display()
-        ),
-    );
+    let started = hang_tool(&ws);
     let mut sidecar = Sidecar::spawn(&ws.write_config(&ws.agent(&h.url())));
     assert!(
         h.wait_for(WAIT, |h| {
