@@ -59,6 +59,20 @@ fn hang_tool(ws: &Workspace) -> std::path::PathBuf {
     started
 }
 
+/// Waits until some role of `h` holds our `hang` tool.
+async fn hang_registered(h: &DevServerHandle) {
+    assert!(
+        h.wait_for(WAIT, |h| {
+            let snap = h.registry_snapshot();
+            snap.roles
+                .iter()
+                .any(|r| our_names(&snap, &r.role) == ["hang"])
+        })
+        .await,
+        "hang was never registered"
+    );
+}
+
 /// Sends `sig` and checks the clean stop: exit 0 within the 2 s deadline,
 /// one `clear` of our source, none of our tools left, built-ins untouched.
 async fn stops_cleanly_on(sig: Signal) {
@@ -161,16 +175,7 @@ async fn sigterm_with_main_server_and_a_handler_hanging_exits_by_the_deadline() 
     agent.request_timeout = "10s".into();
     agent.shutdown_deadline = "1s".into();
     let mut sidecar = Sidecar::spawn(&ws.write_config(&agent));
-    assert!(
-        h.wait_for(WAIT, |h| {
-            let snap = h.registry_snapshot();
-            snap.roles
-                .iter()
-                .any(|r| our_names(&snap, &r.role) == ["hang"])
-        })
-        .await,
-        "hang was never registered"
-    );
+    hang_registered(&h).await;
     let call = {
         let h = h.clone();
         tokio::spawn(async move {
@@ -216,16 +221,7 @@ async fn handlers_in_flight_die_with_a_sidecar_killed_by_sigkill() {
     let ws = Workspace::new();
     let started = hang_tool(&ws);
     let mut sidecar = Sidecar::spawn(&ws.write_config(&ws.agent(&h.url())));
-    assert!(
-        h.wait_for(WAIT, |h| {
-            let snap = h.registry_snapshot();
-            snap.roles
-                .iter()
-                .any(|r| our_names(&snap, &r.role) == ["hang"])
-        })
-        .await,
-        "hang was never registered"
-    );
+    hang_registered(&h).await;
     let calls: Vec<_> = (0..2)
         .map(|_| {
             let h = h.clone();
