@@ -1,26 +1,37 @@
 #!/usr/bin/env bash
-# Builds the Debian package and checks it as an operator would get it:
-# lintian finds no error, and from the unpacked package, the packaged
-# config checks clean with the packaged example manifests copied in, and
-# the packaged unit passes packaging/check-unit.sh. Installs cargo-deb and
-# lintian when they are missing (CI starts from a clean clone).
+# Checks the Debian package as an operator would get it: lintian finds no
+# error, the executable in it is the static one, and from the unpacked
+# package, the packaged config checks clean with the packaged example
+# manifests copied in, and the packaged unit passes packaging/check-unit.sh.
+# Given no package, builds one first (`cargo deb` on the static musl build,
+# as packaging/release.sh does). Installs cargo-deb and lintian when they
+# are missing (CI starts from a clean clone).
 #
-#   packaging/check-deb.sh
+#   packaging/check-deb.sh                                  # build, then check
+#   packaging/check-deb.sh target/dist/neko-sidecar_*.deb   # release.sh's (CI)
 set -euo pipefail
+# A package given is named from the caller's folder.
+deb="${1:-}"
+[ -z "$deb" ] || deb="$(realpath "$deb")"
 cd "$(dirname "$0")/.."
+sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo
 
-if ! command -v cargo-deb >/dev/null 2>&1; then
+if [ -z "$deb" ] && ! command -v cargo-deb >/dev/null 2>&1; then
   cargo install cargo-deb --locked --version "^3.8"
 fi
 if ! command -v lintian >/dev/null 2>&1; then
-  sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo
   $sudo apt-get update -qq
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lintian >/dev/null
 fi
 
-deb="$(cargo deb | tail -n 1)"
-[ -f "$deb" ] || { echo "cargo deb did not produce a package"; exit 1; }
-echo "built $deb"
+if [ -z "$deb" ]; then
+  musl=x86_64-unknown-linux-musl
+  rustup target list --installed | grep -qx "$musl" || rustup target add "$musl"
+  deb="$(cargo deb --target "$musl" | tail -n 1)"
+  [ -f "$deb" ] || { echo "cargo deb did not produce a package"; exit 1; }
+  echo "built $deb"
+fi
+[ -f "$deb" ] || { echo "no package at $deb"; exit 1; }
 
 # Errors fail; the two warnings left are explained in README.md
 # ("Installing the Debian package").
@@ -30,6 +41,9 @@ root="$(mktemp -d)"
 trap 'rm -rf "$root"' EXIT
 dpkg-deb -x "$deb" "$root"
 dpkg-deb -f "$deb" Package Version Depends
+command -v file >/dev/null 2>&1 || $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq file >/dev/null
+file "$root/usr/bin/neko-sidecar" | grep -q 'static' || {
+  echo "the packaged executable is not the static build: $(file -b "$root/usr/bin/neko-sidecar")"; exit 1; }
 dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles | grep -qx /etc/neko-sidecar/agent.toml || {
   echo "/etc/neko-sidecar/agent.toml is not a conffile"; exit 1; }
 if [ -e "$root/usr/lib/systemd/system/multi-user.target.wants" ] || [ -e "$root/etc/systemd" ]; then

@@ -14,12 +14,15 @@
 #     the N.E.K.O plugin (packaging/neko-plugin/) with both executables, in
 #     N.E.K.O's package format (packaging/neko-plugin/build-package.py says
 #     how); built when both targets are
-#   SHA256SUMS (of all three, in `sha256sum -c` form)
+#   neko-sidecar_VERSION-1_amd64.deb
+#     the Debian package (Cargo.toml's [package.metadata.deb]) with the same
+#     static executable; built when the musl target is
+#   SHA256SUMS (of all four, in `sha256sum -c` form)
 #
-# Each archive holds one folder named like the archive. The archives are
-# reproducible: every file gets the time of the last commit
-# (SOURCE_DATE_EPOCH overrides), the order is sorted, tar records no owner
-# and gzip no name or time.
+# The zip and the tarball each hold one folder named like the archive. All
+# four are reproducible: every file gets the time of the last commit
+# (SOURCE_DATE_EPOCH overrides; cargo-deb reads it too), the order is
+# sorted, tar records no owner and gzip no name or time.
 #
 #   packaging/release.sh                 # both archives
 #   packaging/release.sh --check         # ... then unpack each and check it (as CI does)
@@ -146,6 +149,18 @@ case "$both" in
     archives+=("$plugin_package") ;;
 esac
 
+# The Debian package, from the same static executable (issue 34: no glibc
+# release build of its own; Cargo.toml's [package.metadata.deb] says what it
+# holds). packaging/check-deb.sh checks it (CI does).
+case " $targets " in *" x86_64-unknown-linux-musl "*)
+  command -v cargo-deb >/dev/null 2>&1 || cargo install cargo-deb --locked --version "^3.8"
+  deb_package="neko-sidecar_$version-1_amd64.deb"
+  SOURCE_DATE_EPOCH="$epoch" cargo deb --target x86_64-unknown-linux-musl --no-build \
+    --output "$dist/$deb_package" >/dev/null
+  archives+=("$deb_package")
+  echo "built $dist/$deb_package ($(du -k "$dist/$deb_package" | cut -f1) KiB)" ;;
+esac
+
 (cd "$dist" && sha256sum "${archives[@]}" >SHA256SUMS && cat SHA256SUMS)
 
 [ "$check" = 1 ] || exit 0
@@ -194,8 +209,9 @@ windows_checked() {
 # skipped, and says so) with none failing.
 (cd "$dist" && sha256sum -c --quiet SHA256SUMS)
 for archive in "${archives[@]}"; do
-  # The plugin package is checked by tests/neko_plugin/ (.ci/run).
-  case "$archive" in *.neko-plugin) continue ;; esac
+  # The plugin package is checked by tests/neko_plugin/, the Debian package
+  # by packaging/check-deb.sh (.ci/run runs both).
+  case "$archive" in *.neko-plugin | *.deb) continue ;; esac
   unpacked="$(mktemp -d)"
   trap 'rm -rf "$unpacked"' EXIT
   case "$archive" in
