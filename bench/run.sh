@@ -298,6 +298,18 @@ added_ratios() {
 # list → "a, b, c" (a column joined on one line)
 list() { paste -sd, - | sed 's/,/, /g'; }
 
+# no_mcp_server_lost [SERVER]: dies when the sidecar's log ($WORK/sidecar.log,
+# at warn level) has a line about the MCP server SERVER (any, without it):
+# a lost server answers every call at once with an error envelope (HTTP
+# 200), which wrk would count as fast calls, so the run is no measurement.
+no_mcp_server_lost() {
+    local pattern="mcp_server=${1:-}"
+    if grep -q "$pattern" "$WORK/sidecar.log"; then
+        grep "$pattern" "$WORK/sidecar.log" | head -5 >&2
+        die "an MCP server was lost during the run (above): these figures are not a measurement"
+    fi
+}
+
 check_answer() {
     local url=$1 body=$2 answer
     answer=$(curl -s --max-time 10 -XPOST -H 'content-type: application/json' -d "$body" "$url") || true

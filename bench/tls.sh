@@ -128,9 +128,11 @@ EOF
 
 # check_resumption: over the run, tls_new's handshakes resumed and
 # tls_full's did not (else their rows would not be what they are named).
+# The last use of nginx: it is stopped here, since its workers write their
+# buffered log as they exit.
 check_resumption() {
-    kill -USR1 "$FRONT_PID" # nginx reopens its logs: the buffers are written
-    sleep 0.5
+    kill -QUIT "$FRONT_PID"
+    wait "$FRONT_PID" || true
     local new_r new_full full_r full_full
     new_r=$(grep -c "^$TLS_NEW_PORT r$" "$WORK/nginx/reuse.log" || true)
     new_full=$(grep -c "^$TLS_NEW_PORT \.$" "$WORK/nginx/reuse.log" || true)
@@ -222,16 +224,12 @@ EOF
     log "$ROUNDS interleaved rounds of ${DUR}s per path and concurrency"
     turns 1 plain tls plain_new tls_new tls_full
     turns 8 plain tls
-    check_resumption
     if grep -h 'non2xx=[1-9]\|socket_errors=[1-9]' "$RAW/tls.txt" >&2; then
         die "some calls failed (above): these figures are not a measurement"
     fi
-    # A lost server answers at once with an error envelope (HTTP 200), which
-    # wrk would count as fast calls: the daemon logs such a loss at warn.
-    if grep -q 'mcp_server=' "$WORK/sidecar.log"; then
-        grep 'mcp_server=' "$WORK/sidecar.log" | head -5 >&2
-        die "an MCP server was lost during the run (above): these figures are not a measurement"
-    fi
+    no_mcp_server_lost
+    # Last: it stops nginx, which the sidecar then logs as servers lost.
+    check_resumption
     for p in "${BG[@]}"; do stop_bg "$p"; done
     BG=()
 }
@@ -245,8 +243,10 @@ row() {
         "$(metric tls "$p" "$c" p99_us)" "$(calc "$(metric tls "$p" "$c" rps)" 0)" \
         "$(calc "$(metric tls "$p" "$c" cpu_us)" 0)"
     if [ -n "$base" ]; then
-        printf ' %s | **%s** | %s | %s |\n' "$(ratios tls "$base" "$p" "$c" p50_us | list)" \
-            "$(calc "$(ratios tls "$base" "$p" "$c" p50_us | median)" 2)" \
+        local p50s
+        p50s=$(ratios tls "$base" "$p" "$c" p50_us)
+        printf ' %s | **%s** | %s | %s |\n' "$(list <<<"$p50s")" \
+            "$(calc "$(median <<<"$p50s")" 2)" \
             "$(calc "$(ratios tls "$base" "$p" "$c" p90_us | median)" 2)" \
             "$(calc "$(ratios tls "$base" "$p" "$c" cpu_us | median)" 2)"
     else

@@ -4,11 +4,12 @@
 # package, the packaged config checks clean with the packaged example
 # manifests copied in, and the packaged unit passes packaging/check-unit.sh.
 # Given no package, builds one first (`cargo deb` on the static musl build,
-# as packaging/release.sh does). Installs cargo-deb and lintian when they
-# are missing (CI starts from a clean clone).
+# as packaging/release.sh does). Installs cargo-deb, lintian and file when
+# they are missing (CI starts from a clean clone). packaging/release.sh --check
+# runs it on the package it made.
 #
 #   packaging/check-deb.sh                                  # build, then check
-#   packaging/check-deb.sh target/dist/neko-sidecar_*.deb   # release.sh's (CI)
+#   packaging/check-deb.sh target/dist/neko-sidecar_*.deb   # release.sh's
 set -euo pipefail
 # A package given is named from the caller's folder.
 deb="${1:-}"
@@ -19,9 +20,12 @@ sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo
 if [ -z "$deb" ] && ! command -v cargo-deb >/dev/null 2>&1; then
   cargo install cargo-deb --locked --version "^3.8"
 fi
-if ! command -v lintian >/dev/null 2>&1; then
+need=()
+command -v lintian >/dev/null 2>&1 || need+=(lintian)
+command -v file >/dev/null 2>&1 || need+=(file)
+if [ ${#need[@]} -gt 0 ]; then
   $sudo apt-get update -qq
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq lintian >/dev/null
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
 if [ -z "$deb" ]; then
@@ -41,8 +45,8 @@ root="$(mktemp -d)"
 trap 'rm -rf "$root"' EXIT
 dpkg-deb -x "$deb" "$root"
 dpkg-deb -f "$deb" Package Version Depends
-command -v file >/dev/null 2>&1 || $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq file >/dev/null
-file "$root/usr/bin/neko-sidecar" | grep -q 'static' || {
+# As release.sh checks the tarball's: "static-pie linked" for a static PIE.
+file "$root/usr/bin/neko-sidecar" | grep -Eq 'static(ally|-pie) linked' || {
   echo "the packaged executable is not the static build: $(file -b "$root/usr/bin/neko-sidecar")"; exit 1; }
 dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles | grep -qx /etc/neko-sidecar/agent.toml || {
   echo "/etc/neko-sidecar/agent.toml is not a conffile"; exit 1; }

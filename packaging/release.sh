@@ -38,6 +38,7 @@
 # registries this project reaches, so the Python examples are checked on
 # Linux (tests/it/callback/examples.rs) and `check` warns that `py` is
 # missing: that warning is the one allowed, and only while no `py` is there.
+# The Debian package is checked by packaging/check-deb.sh.
 #
 # Installs what a clean machine lacks: the rustup targets, Debian's mingw-w64
 # (the Windows target's linker), zip (and, for --check, npm). One crate builds C for every target:
@@ -151,7 +152,7 @@ esac
 
 # The Debian package, from the same static executable (issue 34: no glibc
 # release build of its own; Cargo.toml's [package.metadata.deb] says what it
-# holds). packaging/check-deb.sh checks it (CI does).
+# holds). --check checks it with packaging/check-deb.sh.
 case " $targets " in *" x86_64-unknown-linux-musl "*)
   command -v cargo-deb >/dev/null 2>&1 || cargo install cargo-deb --locked --version "^3.8"
   deb_package="neko-sidecar_$version-1_amd64.deb"
@@ -209,8 +210,8 @@ windows_checked() {
 # skipped, and says so) with none failing.
 (cd "$dist" && sha256sum -c --quiet SHA256SUMS)
 for archive in "${archives[@]}"; do
-  # The plugin package is checked by tests/neko_plugin/, the Debian package
-  # by packaging/check-deb.sh (.ci/run runs both).
+  # The plugin package is checked by tests/neko_plugin/ (.ci/run), the
+  # Debian package after this loop.
   case "$archive" in *.neko-plugin | *.deb) continue ;; esac
   unpacked="$(mktemp -d)"
   trap 'rm -rf "$unpacked"' EXIT
@@ -246,3 +247,9 @@ for archive in "${archives[@]}"; do
   rm -rf "$unpacked"
   trap - EXIT
 done
+
+# The Debian package as packaging/check-deb.sh checks it (lintian, the
+# static executable, the unpacked config and unit), where dpkg-deb is.
+if [ -n "${deb_package:-}" ] && command -v dpkg-deb >/dev/null 2>&1; then
+  packaging/check-deb.sh "$dist/$deb_package"
+fi

@@ -19,8 +19,14 @@ use crate::support::{BIN, Workspace, dev_server};
 /// Scheduling slack on top of the 2 s shutdown deadline (Wine is slower).
 const WITHIN: Duration = Duration::from_secs(if cfg!(windows) { 10 } else { 4 });
 
-/// The sidecar has not taken the end of stdin as a stop request (yet).
-fn assert_still_running(sidecar: &Sidecar, why: &str) {
+/// The sidecar still runs and has not taken the end of stdin as a stop
+/// request (yet).
+fn assert_still_running(sidecar: &mut Sidecar, why: &str) {
+    assert!(
+        !sidecar.has_exited(),
+        "{why}: it exited: {:#?}",
+        sidecar.stderr()
+    );
     assert!(
         sidecar.stderr().iter().all(|l| !l.contains("stdin closed")),
         "{why}: {:#?}",
@@ -70,7 +76,7 @@ async fn closing_stdin_clears_our_tools_and_exits_0() {
         w.write_all(b"anything\n").unwrap();
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_still_running(&sidecar, "data is not an end");
+    assert_still_running(&mut sidecar, "data is not an end");
     let before = h.requests().len();
     drop(writer);
     stopped_cleanly(&h, &mut sidecar, before).await;
@@ -94,7 +100,7 @@ async fn the_death_of_the_process_holding_the_pipe_stops_it_too() {
     drop(parent);
     // Still running while the parent lives.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_still_running(&sidecar, "still running");
+    assert_still_running(&mut sidecar, "still running");
     let before = h.requests().len();
     parent_child.start_kill().expect("killing the parent");
     let _ = parent_child.wait().await;
@@ -111,7 +117,7 @@ async fn without_the_flag_the_end_of_stdin_changes_nothing() {
     let mut sidecar = Sidecar::spawn(&config);
     wait_holds(&h, &[("alpha", "v1")]).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_still_running(&sidecar, "still running");
+    assert_still_running(&mut sidecar, "still running");
     sidecar.kill().await;
 }
 

@@ -325,6 +325,14 @@ impl Sidecar {
         rustix::process::kill_process(pid, sig).expect("signalling neko-sidecar");
     }
 
+    /// Whether the process has exited by now (reaped if so).
+    pub fn has_exited(&mut self) -> bool {
+        self.child
+            .try_wait()
+            .expect("checking on neko-sidecar")
+            .is_some()
+    }
+
     /// Every stderr line so far.
     pub fn stderr(&self) -> Vec<String> {
         self.lines.lines.lock().unwrap().clone()
