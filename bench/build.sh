@@ -14,6 +14,7 @@ repo="$(cd "$(dirname "$0")/.." && pwd)"
 work="$(mktemp -d "${TMPDIR:-/tmp}/neko-build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 out="$work/times"
+"$repo/.ci/deps" time   # /usr/bin/time, from the one list (.ci/packages)
 
 # time LABEL COMMAND...: one line "LABEL wall user sys" in $out.
 timed() {

@@ -42,12 +42,7 @@ SPEC=${BENCH_MCP_SPEC:-mcp>=2,<3}
 MCP_WAIT_S=30   # how long the MCP tool may take to show up in GET /api/tools
 
 install_mcp_peers() {
-    local need=()
-    command -v wrk >/dev/null || need+=(wrk)
-    command -v curl >/dev/null || need+=(curl)
-    command -v jq >/dev/null || need+=(jq)
-    command -v "${BENCH_PYTHON:-python3}" >/dev/null || need+=(python3 python3-venv)
-    apt_install "${need[@]}"
+    apt_install wrk curl jq python3 python3-venv
     PY_BASE=$(command -v "${BENCH_PYTHON:-python3}")
 }
 

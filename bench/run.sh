@@ -143,24 +143,17 @@ kv() { grep -m1 "^$2=" "$1" | cut -d= -f2-; }
 mib() { calc "$1/1024" 1; }
 
 # ---------------------------------------------------------------- peers ---
-# apt_install PKG...: installs the Debian packages given (none: nothing).
+# apt_install PKG...: installs the Debian packages given (none: nothing)
+# that are missing, through .ci/deps: each must be in .ci/packages, the one
+# list of what the project's scripts need (issue 43).
 apt_install() {
     [ $# -gt 0 ] || return 0
-    local sudo=
-    [ "$(id -u)" -eq 0 ] || sudo=sudo
-    log "installing $*"
-    $sudo apt-get update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+    log "needs $*"
+    "$ROOT/.ci/deps" "$@"
 }
 
 install_peers() {
-    local need=()
-    command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx)
-    command -v webhook >/dev/null || need+=(webhook)
-    command -v wrk >/dev/null || need+=(wrk)
-    command -v curl >/dev/null || need+=(curl)
-    command -v jq >/dev/null || need+=(jq)
-    apt_install "${need[@]}"
+    apt_install nginx webhook wrk curl jq
     NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 }
 

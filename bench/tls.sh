@@ -297,7 +297,7 @@ EOF
 
 tls_main() {
     install_peers
-    command -v openssl >/dev/null || apt_install openssl
+    apt_install openssl
     build
     mkdir -p "$RES"
     : >"$RAW/tls.txt"

