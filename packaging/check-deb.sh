@@ -53,6 +53,20 @@ mkdir -p "$etc/tools.d"
 cp -r "$docs/tools/." "$etc/tools.d/"
 cp -r "$docs/handlers" "$etc/handlers"
 "$root/usr/bin/neko-sidecar" check --config "$etc/agent.toml"
+# The editors' schemas are where the config and the examples name them, and
+# are the executable's own.
+for f in "$etc/agent.toml" "$docs/tools/"*.toml; do
+  target="$(sed -n '1s/^#:schema //p' "$f")"
+  case "$target" in
+    /*) installed="$root$target" ;;
+    *) installed="$(dirname "$f")/$target" ;;
+  esac
+  [ -f "$installed" ] || { echo "$f names the schema $target, which the package lacks"; exit 1; }
+done
+for of in manifest config; do
+  file="$root/usr/share/doc/neko-sidecar/schemas/$([ $of = config ] && echo agent || echo manifest).schema.json"
+  "$root/usr/bin/neko-sidecar" schema "$of" | cmp -s - "$file" || { echo "$file is not \`neko-sidecar schema $of\`"; exit 1; }
+done
 
 if command -v systemd-analyze >/dev/null 2>&1; then
   packaging/check-unit.sh "$root/usr/lib/systemd/system/neko-sidecar.service" \

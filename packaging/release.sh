@@ -5,10 +5,10 @@
 #     neko-sidecar.exe, agent.toml.example (packaging/windows/agent.toml.example:
 #     Windows paths and commands), examples/ (manifests and handlers, with
 #     packaging/windows/examples/ over them: `py -3` for python3, a cmd batch
-#     file for the sh script), README.md
+#     file for the sh script), schemas/ (the editors' JSON Schemas), README.md
 #   neko-sidecar-VERSION-x86_64-unknown-linux-musl.tar.gz
 #     neko-sidecar (static: runs on any x86_64 Linux, with no glibc version to
-#     match), agent.toml.example, examples/, packaging/agent.toml and
+#     match), agent.toml.example, examples/, schemas/, packaging/agent.toml and
 #     systemd/ (README.md, "Installing by hand"), README.md
 #   neko-sidecar-VERSION.neko-plugin
 #     the N.E.K.O plugin (packaging/neko-plugin/) with both executables, in
@@ -95,7 +95,10 @@ for t in $targets; do
   stage="$(mktemp -d)"
   trap 'rm -rf "$stage"' EXIT
   dir="$stage/$name"
-  mkdir -p "$dir/examples/tools/schemas" "$dir/examples/handlers"
+  mkdir -p "$dir/examples/tools/schemas" "$dir/examples/handlers" "$dir/schemas"
+  # The editors' JSON Schemas: the examples and agent.toml.example name
+  # them (`#:schema`) at these places.
+  cp schemas/*.schema.json "$dir/schemas/"
   cp examples/tools/*.toml "$dir/examples/tools/"
   cp examples/tools/schemas/* "$dir/examples/tools/schemas/"
   cp examples/handlers/* "$dir/examples/handlers/"

@@ -48,6 +48,26 @@ pub enum Command {
     /// print what the model would see. Exit 0: success; 1: the model sees an
     /// error; 2: the call could not be made.
     Call(CallArgs),
+    /// Print the JSON Schema of a tool manifest or of the agent config, for
+    /// editors that validate and complete TOML (taplo, VS Code's Even Better
+    /// TOML): point a file at it with a `#:schema PATH` first line.
+    Schema(SchemaArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SchemaArgs {
+    /// Which file's schema.
+    #[arg(value_enum)]
+    pub of: SchemaOf,
+}
+
+/// The files that have a schema.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum SchemaOf {
+    /// A tool manifest: `[[tool]]`, `[[mcp_server]]` and `[[mcp_import]]` tables.
+    Manifest,
+    /// The agent config (`--config`).
+    Config,
 }
 
 #[derive(Debug, Args)]

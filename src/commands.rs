@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{
-    CallArgs, CheckArgs, Cli, Command, DemoArgs, DevMcpArgs, DevServerArgs, StatusArgs,
+    CallArgs, CheckArgs, Cli, Command, DemoArgs, DevMcpArgs, DevServerArgs, SchemaOf, StatusArgs,
 };
 use crate::config::AgentConfig;
 use crate::logging::LogFormat;
@@ -62,6 +62,7 @@ enum Prepared {
     DevServer(DevServerArgs),
     DevMcp(DevMcpArgs),
     DevHandler,
+    Schema(SchemaOf),
 }
 
 impl Invocation {
@@ -78,6 +79,7 @@ impl Invocation {
             // line, and rmcp logs every message at info.
             Command::DevMcp(args) => (Prepared::DevMcp(args), Some(text_log("warn", None))),
             Command::DevHandler => (Prepared::DevHandler, None),
+            Command::Schema(args) => (Prepared::Schema(args.of), None),
             Command::Demo(args) => {
                 // rmcp off: the in-process stand-in MCP server's session
                 // ends with the demo, which rmcp reports as an error; the
@@ -208,6 +210,21 @@ impl Invocation {
                 devmcp::run_cli(args).await?;
                 Ok(())
             }),
+            Prepared::Schema(of) => {
+                let text = match of {
+                    SchemaOf::Manifest => crate::editor_schemas::MANIFEST,
+                    SchemaOf::Config => crate::editor_schemas::CONFIG,
+                };
+                // A reader that stops early (`| head`) is no failure.
+                match std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes()) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("neko-sidecar schema: {e}");
+                        ExitCode::FAILURE
+                    }
+                }
+            }
             Prepared::DevHandler => {
                 match std::io::copy(&mut std::io::stdin().lock(), &mut std::io::stdout().lock()) {
                     Ok(_) => ExitCode::SUCCESS,

@@ -21,6 +21,7 @@ pub mod devmcp;
 pub mod devserver;
 pub mod diag;
 pub(crate) mod duration;
+pub mod editor_schemas;
 pub mod engine;
 pub mod logging;
 pub mod manifest;

@@ -24,6 +24,7 @@ mod contract;
 mod daemon;
 mod demo;
 mod devserver;
+mod editor_schemas;
 mod engine;
 mod fuzz_regressions;
 mod mcp;
