@@ -65,6 +65,20 @@ enum Prepared {
     Schema(SchemaOf),
 }
 
+/// The whole command line carried out: what the binary's `main` does, and
+/// the demo example's (`cargo run --example demo`, which runs on the tests'
+/// build).
+pub fn main(cli: Cli) -> ExitCode {
+    let invocation = match Invocation::prepare(cli) {
+        Ok(invocation) => invocation,
+        Err(code) => return code,
+    };
+    if let Some(log) = invocation.log_settings() {
+        crate::logging::init(log.format, &log.level, log.flag_level.as_deref());
+    }
+    invocation.run()
+}
+
 impl Invocation {
     /// Loads what the command needs before logging can start. An invalid
     /// daemon config is printed with every problem and ends here, with

@@ -11,15 +11,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use neko_sidecar::cli::Cli;
-use neko_sidecar::commands::Invocation;
 
 fn main() -> ExitCode {
-    let invocation = match Invocation::prepare(Cli::parse()) {
-        Ok(invocation) => invocation,
-        Err(code) => return code,
-    };
-    if let Some(log) = invocation.log_settings() {
-        neko_sidecar::logging::init(log.format, &log.level, log.flag_level.as_deref());
-    }
-    invocation.run()
+    neko_sidecar::commands::main(Cli::parse())
 }
