@@ -30,11 +30,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-use tokio::process::{ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
 use tokio::time::Instant;
 
 use super::stderr::{StderrTail, TailWriter};
-use crate::os::ProcessTree;
+use crate::os::{ProcessTree, SpawnSpec};
 
 /// A line of stderr longer than this is cut (and the rest read as further
 /// lines), so a server that writes without newlines cannot grow our memory.
@@ -65,12 +65,12 @@ pub(crate) async fn spawn(
     let path_var = env.get("PATH").map(OsStr::new);
     let resolved = crate::os::resolve_program(program, cwd, path_var)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::NotFound, e))?;
-    let mut cmd = Command::new(&resolved);
+    let mut spec = SpawnSpec::new(&resolved);
     for var in crate::systemd::SERVICE_ONLY_ENV {
-        cmd.env_remove(var);
+        spec.env_remove(var);
     }
-    cmd.args(args).current_dir(cwd).envs(env);
-    let mut tree = ProcessTree::spawn(cmd).await?;
+    spec.args(args).cwd(cwd).envs(env);
+    let mut tree = ProcessTree::spawn(&spec).await?;
     let (Some(stdout), Some(stdin)) = (tree.take_stdout(), tree.take_stdin()) else {
         return Err(std::io::Error::other("the child's pipes were not made"));
     };
