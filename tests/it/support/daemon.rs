@@ -334,6 +334,11 @@ impl Sidecar {
     }
 
     /// Every stderr line so far.
+    /// The daemon's pid.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
     pub fn stderr(&self) -> Vec<String> {
         self.lines.lines.lock().unwrap().clone()
     }
