@@ -417,6 +417,88 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_nul_byte_or_a_bad_variable_name_is_refused_before_anything_starts() {
+        let refused = |spec: &SpawnSpec| spec.validate().unwrap_err().to_string();
+        let mut s = SpawnSpec::new("prog");
+        s.arg("fine").arg("a\u{0}b");
+        assert_eq!(
+            refused(&s),
+            "argument 2 contains a NUL byte, which no program can be given"
+        );
+        assert!(refused(&SpawnSpec::new("p\u{0}")).starts_with("the program's name"));
+        let mut s = SpawnSpec::new("prog");
+        s.cwd("a\u{0}b");
+        assert!(refused(&s).starts_with("the working directory"));
+        let mut s = SpawnSpec::new("prog");
+        s.env("A", "x\u{0}");
+        assert!(refused(&s).starts_with("environment variable `A`"));
+        let mut s = SpawnSpec::new("prog");
+        s.env("A=B", "x");
+        assert!(
+            refused(&s).contains("is empty or holds `=`"),
+            "{}",
+            refused(&s)
+        );
+        assert!(SpawnSpec::new("").validate().is_err());
+        let mut s = SpawnSpec::new("prog");
+        s.arg("ok").env("A", "1").env_remove("B").cwd("dir");
+        s.validate().unwrap();
+    }
+
+    /// The same spec means the same child on every platform: program,
+    /// arguments, a cleared environment with what is set, the working
+    /// directory, a null stdin and stderr.
+    #[tokio::test]
+    async fn every_part_of_the_spec_reaches_the_child() {
+        use tokio::io::AsyncReadExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = if cfg!(windows) {
+            let mut s = SpawnSpec::new("cmd");
+            s.args(["/d", "/c", "echo %NEKO_A%^|%NEKO_GONE%& cd"]);
+            s
+        } else {
+            let mut s = SpawnSpec::new("/bin/sh");
+            // HOME, which the tests' environment has (dash would give
+            // PATH a default of its own).
+            s.args([
+                "-c",
+                "echo \"$NEKO_A|${NEKO_GONE-unset}|${HOME-unset}\"; pwd",
+            ]);
+            s
+        };
+        spec.env("NEKO_GONE", "x")
+            .env_clear()
+            .env("NEKO_A", "a b")
+            .env("NEKO_GONE", "y")
+            .env_remove("NEKO_GONE")
+            .cwd(dir.path())
+            .stdin(Stdio::Null)
+            .stderr(Stdio::Null);
+        let mut t = ProcessTree::spawn(&spec).await.unwrap();
+        assert!(t.take_stdin().is_none() && t.take_stderr().is_none());
+        let mut out = String::new();
+        t.take_stdout()
+            .unwrap()
+            .read_to_string(&mut out)
+            .await
+            .unwrap();
+        assert!(t.wait().await.unwrap().success());
+        t.kill();
+        let mut lines = out.lines();
+        let unset = if cfg!(windows) {
+            "a b|%NEKO_GONE%"
+        } else {
+            "a b|unset|unset"
+        };
+        assert_eq!(lines.next(), Some(unset), "{out}");
+        let cwd = std::path::PathBuf::from(lines.next().unwrap().trim());
+        assert_eq!(
+            cwd.canonicalize().unwrap(),
+            dir.path().canonicalize().unwrap()
+        );
+    }
+
+    #[test]
     fn a_missing_program_says_where_it_was_looked_for() {
         let dir = tempfile::tempdir().unwrap();
         let path = std::env::join_paths([dir.path()]).unwrap();

@@ -335,6 +335,7 @@ impl Sidecar {
 
     /// Every stderr line so far.
     /// The daemon's pid.
+    #[cfg(target_os = "linux")]
     pub fn pid(&self) -> u32 {
         self.pid
     }
