@@ -15,9 +15,15 @@
 //!   too (`npx` and its `node`);
 //! - it gets the manifest's `env` and never systemd's notify or watchdog
 //!   variables, which speak for the sidecar alone;
-//! - no server outlives the sidecar, even one killed outright: on Linux it
-//!   gets SIGKILL when the sidecar dies (`PR_SET_PDEATHSIG`), on Windows
-//!   the Job Object ends with the sidecar's last handle to it;
+//! - what it is started with is a `SpawnSpec`, which every platform reads
+//!   whole (nothing set there is ignored);
+//! - no server outlives the sidecar, even one killed outright, within the
+//!   limits `os/process.rs` states: on Linux the root gets SIGKILL when the
+//!   sidecar dies (`PR_SET_PDEATHSIG`) and the guardian of `neko-sidecar
+//!   run` kills the rest of its process group (not a process that left the
+//!   group or runs as another user); on Windows the Job Object ends with
+//!   the sidecar's last handle to it; on macOS and other Unix systems
+//!   nothing ends it;
 //! - its stderr goes to our log, one event per line, with the server's name,
 //!   and its last lines are kept for the failure reason (`stderr.rs`);
 //! - a stop closes stdin (the MCP way to ask a stdio server to exit), then
