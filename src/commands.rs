@@ -170,7 +170,13 @@ impl Invocation {
             Prepared::Run {
                 config,
                 stop_on_stdin_eof,
-            } => block_on(run_daemon(*config, stop_on_stdin_eof)),
+            } => {
+                // Before the runtime: signal settings the daemon inherited
+                // are put right, and the guardian forked while the process
+                // is small (src/os).
+                crate::os::prepare_daemon_process();
+                block_on(run_daemon(*config, stop_on_stdin_eof))
+            }
             Prepared::Demo(args) => {
                 let opts = demo::DemoOptions {
                     keep_running: args.keep_running,

@@ -29,13 +29,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::{ChildStdout, Command};
+use tokio::process::ChildStdout;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::handler::{HandlerContext, HandlerError, Invocation};
 use crate::manifest::ExecHandler;
-use crate::os::ProcessTree;
+use crate::os::{ProcessTree, SpawnSpec};
 
 /// How much of stderr is kept for error messages.
 const STDERR_TAIL_BYTES: usize = 2048;
@@ -79,21 +79,20 @@ pub(crate) async fn call(
                 reason,
             }
         })?;
-    let mut command = Command::new(&resolved);
+    let mut spec = SpawnSpec::new(&resolved);
     // systemd's notify variables belong to the service's main process: a
     // handler using an sd_notify library must not speak for the sidecar.
     for var in crate::systemd::SERVICE_ONLY_ENV {
-        command.env_remove(var);
+        spec.env_remove(var);
     }
-    command
-        .args(args)
-        .current_dir(&h.cwd)
+    spec.args(args)
+        .cwd(&h.cwd)
         .envs(&h.env)
         .env("NEKO_TOOL_NAME", tool)
         .env("NEKO_CALL_ID", call.call_id);
     // Dropping the tree ends it: a last resort, as every path below stops
     // and reaps it itself.
-    let mut child = ProcessTree::spawn(command)
+    let mut child = ProcessTree::spawn(&spec)
         .await
         .map_err(|e| HandlerError::NotStarted {
             program: program.clone(),
@@ -290,11 +289,12 @@ async fn stop(child: &mut ProcessTree, grace: Duration, hard_stop: &Cancellation
     }
 }
 
-/// Stops what is left of a handler whose root has exited and been reaped
-/// but whose `stdout` something in its tree still holds: SIGTERM to the
-/// tree, up to `grace` (or until `hard_stop`) for stdout to close, which
-/// says its holder is gone, then SIGKILL to the whole tree. There is
-/// nobody to reap: the stragglers are not our children.
+/// Stops what is left of a handler whose root has exited (a zombie not
+/// reaped yet, so its group's id is still ours) but whose `stdout`
+/// something in its tree still holds: SIGTERM to the tree, up to `grace`
+/// (or until `hard_stop`) for stdout to close, which says its holder is
+/// gone, then SIGKILL to the whole tree, which reaps the root. The
+/// stragglers are not our children: their parents, or init, reap them.
 async fn stop_stragglers(
     mut tree: ProcessTree,
     grace: Duration,

@@ -641,6 +641,14 @@ fn read_exec(r: &mut TableReader<'_, '_>, base: &Path) -> Option<ExecHandler> {
 /// default); `None` after an error.
 pub(super) fn read_cwd(r: &mut TableReader<'_, '_>, base: &Path) -> Option<PathBuf> {
     match r.string("cwd") {
+        Some((c, sp)) if c.contains('\0') => {
+            let msg = format!(
+                "`cwd` of {} contains a NUL byte (\\u0000), which no path can hold",
+                r.what
+            );
+            r.error(&sp, msg);
+            None
+        }
         Some((c, sp)) => {
             let p = absolutize(base, &c);
             if p.is_dir() {
@@ -690,6 +698,27 @@ pub(super) fn read_command(
         r.error(&sp, msg);
         return None;
     };
+    // A NUL byte ends a C string: no program can be given one, and std
+    // would pass `<string-with-nul>` in its place.
+    let mut nul = false;
+    for (i, (arg, asp)) in command.iter().enumerate() {
+        if arg.contains('\0') {
+            let which = if i == 0 {
+                "the program (first element of `command`)".to_string()
+            } else {
+                format!("argument {i} of `command`")
+            };
+            let msg = format!(
+                "{which} of {} contains a NUL byte (\\u0000), which no program can be given",
+                r.what
+            );
+            r.error(asp, msg);
+            nul = true;
+        }
+    }
+    if nul {
+        return None;
+    }
     let mut argv: Vec<String> = command.into_iter().map(|(s, _)| s).collect();
     if program.is_empty() {
         let msg = format!(

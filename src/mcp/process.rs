@@ -15,9 +15,15 @@
 //!   too (`npx` and its `node`);
 //! - it gets the manifest's `env` and never systemd's notify or watchdog
 //!   variables, which speak for the sidecar alone;
-//! - no server outlives the sidecar, even one killed outright: on Linux it
-//!   gets SIGKILL when the sidecar dies (`PR_SET_PDEATHSIG`), on Windows
-//!   the Job Object ends with the sidecar's last handle to it;
+//! - what it is started with is a `SpawnSpec`, which every platform reads
+//!   whole (nothing set there is ignored);
+//! - no server outlives the sidecar, even one killed outright, within the
+//!   limits `os/process.rs` states: on Linux the root gets SIGKILL when the
+//!   sidecar dies (`PR_SET_PDEATHSIG`) and the guardian of `neko-sidecar
+//!   run` kills the rest of its process group (not a process that left the
+//!   group or runs as another user); on Windows the Job Object ends with
+//!   the sidecar's last handle to it; on macOS and other Unix systems
+//!   nothing ends it;
 //! - its stderr goes to our log, one event per line, with the server's name,
 //!   and its last lines are kept for the failure reason (`stderr.rs`);
 //! - a stop closes stdin (the MCP way to ask a stdio server to exit), then
@@ -30,11 +36,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
-use tokio::process::{ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
 use tokio::time::Instant;
 
 use super::stderr::{StderrTail, TailWriter};
-use crate::os::ProcessTree;
+use crate::os::{ProcessTree, SpawnSpec};
 
 /// A line of stderr longer than this is cut (and the rest read as further
 /// lines), so a server that writes without newlines cannot grow our memory.
@@ -65,12 +71,12 @@ pub(crate) async fn spawn(
     let path_var = env.get("PATH").map(OsStr::new);
     let resolved = crate::os::resolve_program(program, cwd, path_var)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::NotFound, e))?;
-    let mut cmd = Command::new(&resolved);
+    let mut spec = SpawnSpec::new(&resolved);
     for var in crate::systemd::SERVICE_ONLY_ENV {
-        cmd.env_remove(var);
+        spec.env_remove(var);
     }
-    cmd.args(args).current_dir(cwd).envs(env);
-    let mut tree = ProcessTree::spawn(cmd).await?;
+    spec.args(args).cwd(cwd).envs(env);
+    let mut tree = ProcessTree::spawn(&spec).await?;
     let (Some(stdout), Some(stdin)) = (tree.take_stdout(), tree.take_stdin()) else {
         return Err(std::io::Error::other("the child's pipes were not made"));
     };

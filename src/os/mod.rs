@@ -17,11 +17,13 @@
 mod process;
 
 pub(crate) use process::{
-    ProcessTree, forget_resolved_programs, resolve_program, resolve_program_cached,
+    ProcessTree, SpawnSpec, forget_resolved_programs, resolve_program, resolve_program_cached,
 };
 
 #[cfg(target_os = "linux")]
 mod linux;
+#[cfg(target_os = "linux")]
+mod linux_guard;
 #[cfg(target_os = "linux")]
 mod linux_spawn;
 #[cfg(not(target_os = "linux"))]
@@ -170,6 +172,43 @@ impl fmt::Display for Platform {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// Makes this process fit to be the daemon, once, before its runtime
+/// starts (`neko-sidecar run`): the signal settings it may have inherited
+/// are put right (`restore_sigchld`), and on Linux the guardian that ends
+/// the handlers' process groups if the sidecar is killed outright is
+/// started (`linux_guard.rs`; a failure there is logged, and the sidecar
+/// runs without it).
+pub fn prepare_daemon_process() {
+    restore_sigchld();
+    #[cfg(target_os = "linux")]
+    if let Err(e) = linux_guard::start() {
+        tracing::warn!(
+            error = %e,
+            "the guardian could not be started: processes started by handlers \
+             may outlive a sidecar killed outright"
+        );
+    }
+}
+
+/// The guardian's pid (`prepare_daemon_process`), where there is one.
+pub fn guardian_pid() -> Option<u32> {
+    #[cfg(target_os = "linux")]
+    return linux_guard::pid();
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
+/// Puts SIGCHLD back to its default action if this process was started
+/// with it ignored (a parent may ignore it, and the setting survives
+/// `exec`): with SIGCHLD ignored the kernel reaps children by itself, so
+/// every wait for a handler fails ("No child processes") and its pid is
+/// free while the sidecar still means to signal it. Called at daemon start
+/// and before every spawn (once per process); a no-op on Windows.
+pub fn restore_sigchld() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(imp::restore_sigchld);
 }
 
 /// What the OS asked the daemon to do.

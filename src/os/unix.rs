@@ -139,6 +139,26 @@ fn libc_sigterm() -> i32 {
     rustix::process::Signal::TERM.as_raw()
 }
 
+/// SIGCHLD ignored (inherited) becomes the default again; a handler
+/// (tokio's, for instance) is left alone.
+#[allow(unsafe_code)]
+pub(super) fn restore_sigchld() {
+    // SAFETY: sigaction reads and writes this process's disposition of one
+    // signal, with structures zeroed and then filled here.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGCHLD, std::ptr::null(), &mut old) != 0 {
+            return;
+        }
+        if old.sa_sigaction == libc::SIG_IGN {
+            let mut dfl: libc::sigaction = std::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            libc::sigemptyset(&mut dfl.sa_mask);
+            libc::sigaction(libc::SIGCHLD, &dfl, std::ptr::null_mut());
+        }
+    }
+}
+
 /// Unix runs a file by its execute bit, whatever its name.
 pub(super) fn program_extensions() -> Vec<String> {
     Vec::new()

@@ -111,6 +111,9 @@ pub(super) fn terminate(_child: &dyn ChildWrapper) -> bool {
     false
 }
 
+/// Windows has no SIGCHLD to inherit.
+pub(super) fn restore_sigchld() {}
+
 /// PATHEXT, as the PATH lookup applies it.
 pub(super) fn program_extensions() -> Vec<String> {
     std::env::var("PATHEXT")

@@ -7,12 +7,13 @@
 //! spawn (`linux_spawn.rs`), for the parent-death signal without a `fork`.
 
 use std::io;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 
 use process_wrap::tokio::{ChildWrapper, CommandWrap, KillOnDrop};
 use tokio::process::{ChildStderr, ChildStdin, ChildStdout, Command};
 
 use super::imp;
+use super::process::{SpawnSpec, Stdio};
 
 #[derive(Debug)]
 pub(super) struct Tree {
@@ -20,11 +21,31 @@ pub(super) struct Tree {
 }
 
 impl Tree {
-    pub(super) async fn spawn(mut command: Command) -> io::Result<Self> {
-        command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+    /// Starts `spec` (already validated by `ProcessTree::spawn`): every
+    /// part of it is given to std's `Command`, the environment as the
+    /// same changes in the same order (std compares names as the platform
+    /// does: without case on Windows).
+    pub(super) async fn spawn(spec: &SpawnSpec) -> io::Result<Self> {
+        super::restore_sigchld();
+        let mut command = Command::new(spec.get_program());
+        command.args(spec.get_args());
+        if spec.get_env_clear() {
+            command.env_clear();
+        }
+        for (k, v) in spec.get_env_changes() {
+            match v {
+                Some(v) => command.env(k, v),
+                None => command.env_remove(k),
+            };
+        }
+        if let Some(dir) = spec.get_cwd() {
+            command.current_dir(dir);
+        }
+        let [i, o, e] = spec.get_stdio().map(|s| match s {
+            Stdio::Pipe => std::process::Stdio::piped,
+            Stdio::Null => std::process::Stdio::null,
+        });
+        command.stdin(i()).stdout(o()).stderr(e());
         let mut wrap = CommandWrap::from(command);
         imp::contain(&mut wrap);
         wrap.wrap(KillOnDrop);

@@ -215,6 +215,7 @@ fixtures! {
     exec_program_relative_to_cwd,
     exec_bare_program_not_on_path,
     exec_cwd_not_a_directory,
+    exec_nul_bytes,
     exec_env_values_must_be_strings,
     // MCP servers.
     mcp_server_valid,

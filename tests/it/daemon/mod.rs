@@ -14,6 +14,8 @@ mod relative_paths;
 mod reload;
 #[cfg(unix)]
 mod signals;
+#[cfg(target_os = "linux")]
+mod spawn;
 mod stdin_eof;
 #[cfg(target_os = "linux")]
 mod systemd;

@@ -334,6 +334,12 @@ impl Sidecar {
     }
 
     /// Every stderr line so far.
+    /// The daemon's pid.
+    #[cfg(target_os = "linux")]
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
     pub fn stderr(&self) -> Vec<String> {
         self.lines.lines.lock().unwrap().clone()
     }
