@@ -51,6 +51,9 @@ pub struct CallbackConfig {
     pub idle_timeout: Duration,
     /// Connections held at once; at the bound the longest idle one closes.
     pub max_connections: usize,
+    /// The memory all callback bodies being read or answered may hold
+    /// together (at least `max_body_bytes`).
+    pub max_body_memory: usize,
 }
 
 /// Limits for local handlers.
@@ -250,6 +253,7 @@ fn build(
             "read_timeout",
             "idle_timeout",
             "max_connections",
+            "max_body_memory",
             "workers",
         ]);
         let listen = match r.string("listen") {
@@ -269,6 +273,8 @@ fn build(
                 1024,
                 "16 to 1000000",
             ),
+            // Below one largest body it could never take one: raised to it.
+            max_body_memory: byte_limit(r, "max_body_memory", 64 << 20).max(max_body_bytes),
         }
     });
 

@@ -32,5 +32,5 @@ mod view;
 
 pub(crate) use call_cmd::{CallOptions, call};
 pub use sample::{AdminState, Sample};
-pub use server::{AdminError, serve, spawn, start_for};
+pub use server::{AdminError, MAX_CONNECTIONS, serve, spawn, start_for};
 pub(crate) use status_cmd::status;
