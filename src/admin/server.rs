@@ -67,8 +67,6 @@ use crate::devserver::gates::is_loopback_host;
 pub enum AdminError {
     #[error("cannot read the admin listener's address: {0}")]
     LocalAddr(#[source] std::io::Error),
-    #[error("the admin server failed: {0}")]
-    Serve(#[source] std::io::Error),
 }
 
 /// The most connections the admin endpoints hold: an operator's browser

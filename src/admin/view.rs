@@ -243,7 +243,7 @@ pub(crate) fn build(sample: &Sample) -> StatusView {
         ready: readiness.ready,
         not_ready: readiness.reasons,
         main_server: MainServerView {
-            url: sample.main_server_url.clone(),
+            url: crate::manifest::remote::redact_url(&sample.main_server_url),
             reachable: ms.reachable,
             last_error: ms.last_error.clone(),
             failed_attempts: ms.failed_attempts,
@@ -461,6 +461,7 @@ pub(super) mod tests {
             callbacks: CallbackStats {
                 tools: BTreeMap::new(),
                 rejections: RejectionCounts::default(),
+                connections: Default::default(),
             },
             callback_urls: names
                 .iter()
