@@ -48,6 +48,17 @@ pub(crate) enum HandlerError {
         tail_from: &'static str,
         tail: String,
     },
+    /// No `max_concurrency` slot of the MCP server came free in time: the
+    /// tool did not run.
+    #[error(
+        "too many concurrent calls to the MCP server `{server}` (at most {max} at a time) and none finished within {}; the tool did not run; try again later",
+        seconds(*.budget)
+    )]
+    NoSlot {
+        server: String,
+        max: usize,
+        budget: Duration,
+    },
     #[error("talking to the handler failed: {detail}")]
     Failed { detail: String },
     #[error(
@@ -85,6 +96,7 @@ impl HandlerError {
             HandlerError::NotStarted { .. } => Outcome::SpawnFailed,
             HandlerError::Exited { .. } => Outcome::HandlerExit,
             HandlerError::Failed { .. } => Outcome::HandlerFailed,
+            HandlerError::NoSlot { .. } => Outcome::TooManyCalls,
             HandlerError::ShuttingDown => Outcome::ShuttingDown,
             HandlerError::McpUnavailable(_) => Outcome::Unreachable,
             HandlerError::McpRpc { .. } => Outcome::HandlerFailed,
@@ -173,9 +185,25 @@ async fn mcp_call(
     // main_server always sends an object (CONTRACT.md); anything else was
     // refused by validation, or the tool takes no arguments.
     let arguments = call.arguments.as_object().cloned().unwrap_or_default();
+    let slot = tokio::select! {
+        biased;
+        s = session.slot() => s,
+        () = tokio::time::sleep_until(call.deadline) => {
+            return Err(HandlerError::NoSlot {
+                server: m.server.clone(),
+                max: session.max_concurrency().unwrap_or(0),
+                budget: call.budget,
+            });
+        }
+        () = ctx.hard_stop.cancelled() => return Err(HandlerError::ShuttingDown),
+    };
+    let slot = match slot {
+        Ok(s) => s,
+        Err(e) => return Err(call_error(m, e)),
+    };
     // Dropping the call at the deadline cancels it on the server
     // (`notifications/cancelled`).
-    let work = session.call(&m.tool, arguments);
+    let work = session.call(slot, &m.tool, arguments);
     let result = tokio::select! {
         biased;
         r = work => r,
@@ -184,18 +212,25 @@ async fn mcp_call(
     };
     match result {
         Ok(result) => Ok(answer::envelope_for(&result).to_vec()),
-        Err(CallError::Unavailable(why)) => Err(HandlerError::McpUnavailable(why)),
-        Err(CallError::Rpc { code, message }) => Err(HandlerError::McpRpc {
+        Err(e) => Err(call_error(m, e)),
+    }
+}
+
+/// A failed `tools/call` as the model reads it.
+fn call_error(m: &McpToolHandler, e: CallError) -> HandlerError {
+    match e {
+        CallError::Unavailable(why) => HandlerError::McpUnavailable(why),
+        CallError::Rpc { code, message } => HandlerError::McpRpc {
             server: m.server.clone(),
             code,
             message,
-        }),
-        Err(CallError::Unsupported(why)) => Err(HandlerError::Failed { detail: why }),
-        Err(CallError::Lost(why)) => Err(HandlerError::Failed {
+        },
+        CallError::Unsupported(why) => HandlerError::Failed { detail: why },
+        CallError::Lost(why) => HandlerError::Failed {
             detail: format!(
                 "the session with the MCP server `{}` broke: {why}; it is being started again",
                 m.server
             ),
-        }),
+        },
     }
 }
