@@ -50,6 +50,10 @@ pub(crate) fn redact_url(url: &str) -> String {
             None => url.to_string(),
         };
     };
+    if parsed.password().is_none() && parsed.query().is_none() {
+        // Nothing secret: shown as written (no trailing `/` added).
+        return url.to_string();
+    }
     if parsed.password().is_some() {
         let _ = parsed.set_password(Some("…"));
     }

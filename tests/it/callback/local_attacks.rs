@@ -142,6 +142,7 @@ async fn a_wrong_token_is_answered_before_its_body_is_sent() {
 /// until `release`; `arrived` counts calls that reached it.
 async fn gated(
     settings: CallbackSettings,
+    extra: &str,
 ) -> (tempfile::TempDir, Arc<Sidecar>, Arc<Notify>, Arc<AtomicUsize>) {
     let release = Arc::new(Notify::new());
     let arrived = Arc::new(AtomicUsize::new(0));
@@ -161,7 +162,7 @@ async fn gated(
     let addr = serve_http(router).await;
     let dir = tempfile::tempdir().unwrap();
     let toml = format!(
-        "[[tool]]\nname = \"gate\"\ndescription = \"d\"\nhandler = {{ type = \"http\", url = \"http://{addr}/gate\" }}\n"
+        "[[tool]]\nname = \"gate\"\ndescription = \"d\"\n{extra}\nhandler = {{ type = \"http\", url = \"http://{addr}/gate\" }}\n"
     );
     let sc = Arc::new(Sidecar::start_with(&state(dir.path(), &toml), settings).await);
     (dir, sc, release, arrived)
@@ -177,7 +178,7 @@ async fn bodies_past_the_memory_bound_get_a_counted_503_envelope() {
     settings.max_body_bytes = 64 * 1024;
     settings.max_body_memory = 64 * 1024;
     settings.read_timeout = Duration::from_secs(1);
-    let (_dir, sc, release, arrived) = gated(settings).await;
+    let (_dir, sc, release, arrived) = gated(settings, "").await;
     // A call of some 50 KiB (its arguments twice: parsed and raw) holds
     // most of the memory while the handler holds it.
     let big = "x".repeat(25 * 1024);
@@ -260,4 +261,27 @@ async fn a_burst_past_the_bound_waits_and_every_call_is_answered() {
     let ok = stats.tools["slow"].count(neko_sidecar::callback::Outcome::Ok);
     assert_eq!(ok as usize, CALLS);
     assert!(stats.connections.waited > 0, "{:?}", stats.connections);
+}
+
+/// Issue 48: a call past `max_concurrency` that got its slot only a moment
+/// before its deadline read "the handler did not answer within 0.9 s"
+/// (`TOOL_TIMEOUT`), though the handler had had a few milliseconds; it
+/// now says it waited for a slot (`TOO_MANY_CALLS`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_waited_for_its_slot_until_too_late_says_so() {
+    let (_dir, sc, _release, arrived) =
+        gated(settings(), "timeout_seconds = 1\nmax_concurrency = 1").await;
+    let first = {
+        let sc = sc.clone();
+        tokio::spawn(async move { sc.call("gate", json!({})).await })
+    };
+    assert!(wait_until(Duration::from_secs(10), || arrived.load(Ordering::SeqCst) == 1).await);
+    let second = sc.call("gate", json!({})).await;
+    let first = first.await.unwrap();
+    assert!(failure(&first, "TOOL_TIMEOUT").contains("did not answer within 0.9 s"));
+    let msg = failure(&second, "TOO_MANY_CALLS");
+    assert!(
+        msg.starts_with("too many concurrent calls of `gate` (at most 1 at a time): this call waited"),
+        "{msg}"
+    );
 }
