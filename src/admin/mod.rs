@@ -19,6 +19,7 @@
 
 mod call_cmd;
 mod client;
+mod identity;
 mod inspector;
 mod metrics;
 mod page;

@@ -31,6 +31,7 @@
 //! | `GET /readyz` | 200 `{"ready":true,"reasons":[]}`, or 503 with the reasons |
 //! | `GET /status` | 200, the JSON of `view.rs` |
 //! | `GET /metrics` | 200, Prometheus text format 0.0.4 |
+//! | `GET /identity?challenge=HEX` | 200 `{"proof": HEX}`, for `call` (`identity.rs`) |
 //! | anything else | 404 |
 
 use std::net::SocketAddr;
@@ -220,11 +221,18 @@ pub async fn start_for(daemon: &Daemon, shutdown: &CancellationToken) -> Option<
         }
     };
     let bound = listener.local_addr().ok();
-    daemon.spawn(serve_logged(
-        listener,
-        AdminState::from_daemon(daemon),
-        shutdown.clone(),
-    ));
+    let state = AdminState::from_daemon(daemon);
+    let token_file = daemon.config.admin.token_file.clone();
+    if let Some(path) = &token_file {
+        super::identity::write_token_file(path, state.identity_token.as_deref());
+    }
+    let shutdown = shutdown.clone();
+    daemon.spawn(async move {
+        serve_logged(listener, state, shutdown).await;
+        if let Some(path) = token_file {
+            super::identity::remove_token_file(&path);
+        }
+    });
     bound
 }
 
@@ -252,6 +260,7 @@ fn router(state: Arc<AdminState>) -> Router {
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
+        .route("/identity", get(super::identity::answer))
         .route("/", get(inspector::page))
         .route("/inspector.js", get(inspector::script))
         .route("/inspector.css", get(inspector::style))
