@@ -227,7 +227,7 @@ impl Drop for Claim<'_> {
 }
 
 /// What the bound did, for `/status` and `/metrics`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct ConnectionCounts {
     /// Connections closed to make room, by rank: lingering or foreign,
     /// without a valid request in time, idle.
@@ -239,6 +239,8 @@ pub struct ConnectionCounts {
     pub waited: u64,
     /// Connections from a peer that is not loopback.
     pub foreign: u64,
+    /// Connections held now.
+    pub open: u64,
 }
 
 #[derive(Debug, Default)]
@@ -321,6 +323,7 @@ impl Transport {
             evicted_idle: e(2),
             waited: c.waited.load(Ordering::Relaxed),
             foreign: c.foreign.load(Ordering::Relaxed),
+            open: self.count() as u64,
         }
     }
 
