@@ -81,11 +81,10 @@ pub(crate) async fn call(
         })?;
     let mut command = Command::new(&resolved);
     if let InheritEnv::Only(names) = &h.inherit_env {
-        // Only the named variables of the sidecar's own environment. Each
-        // other one is also removed by name, since a spawner that builds
-        // the environment itself from the process's (src/os) may not
-        // honour `env_clear`.
-        command.env_clear();
+        // Only the named variables of the sidecar's own environment: every
+        // other one is removed by name. Not `env_clear`: after it std keeps
+        // no removals, and a spawner that builds the environment from the
+        // process's own (src/os on Linux) reads only the changes.
         for (name, value) in std::env::vars_os() {
             if names.iter().any(|n| OsStr::new(n) == name) {
                 command.env(name, value);

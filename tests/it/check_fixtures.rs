@@ -216,6 +216,7 @@ fixtures! {
     exec_bare_program_not_on_path,
     exec_cwd_not_a_directory,
     exec_env_values_must_be_strings,
+    exec_inherit_env_and_url_secrets,
     // MCP servers.
     mcp_server_valid,
     mcp_server_transport_errors,
