@@ -31,7 +31,8 @@
 //! starting (a client that holds connections without a valid request),
 //! then the longest idle one that did earn one (a kept-alive connection
 //! of main_server, which opens a new one when it needs it). A connection
-//! younger than the grace is left to show its request: when nothing else
+//! within the grace of its accept, its head or its last answer is left
+//! alone (to show its request, or to finish writing its answer): when nothing else
 //! can go, the next connection waits in the listen queue (never closed
 //! unanswered) until one closes, is released, or its grace ends. So a
 //! local process without the token can never lock main_server out, and
@@ -197,14 +198,16 @@ impl Conn {
         }
         let pending =
             !self.proven.load(Ordering::Relaxed) || self.head_started.load(Ordering::Relaxed);
-        if !pending {
-            return Ok((2, since));
-        }
+        // Also a connection that has just answered keeps its grace: its
+        // answer may still be being written (the slot is given back when
+        // the answer is made, before hyper has written all of it).
         let grace_end = since + HEAD_GRACE.as_millis() as u64;
-        if now_ms >= grace_end {
+        if now_ms < grace_end {
+            Err(Some(grace_end))
+        } else if pending {
             Ok((1, since))
         } else {
-            Err(Some(grace_end))
+            Ok((2, since))
         }
     }
 }
