@@ -94,7 +94,8 @@ pub struct CallArgs {
     /// to see how a tool copes with what a model may send.
     #[arg(long, conflicts_with = "args")]
     pub raw_args: Option<String>,
-    /// Path of the agent config file (where `[admin] listen` is read).
+    /// Path of the agent config file (where `[admin] listen` is read, and
+    /// `token_file`, with which `call` checks it talks to this sidecar).
     #[arg(long, short = 'c', default_value = DEFAULT_CONFIG_PATH, env = "NEKO_SIDECAR_CONFIG")]
     pub config: PathBuf,
     /// The admin endpoint, e.g. `127.0.0.1:48931`; overrides the config.

@@ -51,6 +51,9 @@ pub struct CallbackConfig {
     pub idle_timeout: Duration,
     /// Connections held at once; at the bound the longest idle one closes.
     pub max_connections: usize,
+    /// The memory all callback bodies being read or answered may hold
+    /// together (at least `max_body_bytes`).
+    pub max_body_memory: usize,
 }
 
 /// Limits for local handlers.
@@ -107,6 +110,11 @@ pub struct AdminConfig {
     /// Loopback only; `None` when disabled with `listen = ""`. A fixed port
     /// by default, so `neko-sidecar status` finds it from the config alone.
     pub listen: Option<SocketAddr>,
+    /// Where the daemon writes its identity token (readable only by its
+    /// user), with which `neko-sidecar call` checks that the process on
+    /// the admin port is this config's sidecar. `None`: not written, and
+    /// `call` says it did not check.
+    pub token_file: Option<PathBuf>,
 }
 
 pub(crate) const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:48931";
@@ -250,6 +258,7 @@ fn build(
             "read_timeout",
             "idle_timeout",
             "max_connections",
+            "max_body_memory",
             "workers",
         ]);
         let listen = match r.string("listen") {
@@ -269,6 +278,8 @@ fn build(
                 1024,
                 "16 to 1000000",
             ),
+            // Below one largest body it could never take one: raised to it.
+            max_body_memory: byte_limit(r, "max_body_memory", 64 << 20).max(max_body_bytes),
         }
     });
 
@@ -376,13 +387,18 @@ fn build(
     });
 
     let admin = section(&mut top, "admin", |r| {
-        r.deny_unknown(&["listen"]);
+        r.deny_unknown(&["listen", "token_file"]);
         let listen = match r.string("listen") {
             Some((s, _)) if s.is_empty() => None,
             Some((s, sp)) => Some(validate_listen(r, "[admin]", &s, &sp)),
             None => DEFAULT_ADMIN_LISTEN.parse().ok(),
         };
-        AdminConfig { listen }
+        let token_file = match r.string("token_file") {
+            Some((s, _)) if s.is_empty() => None,
+            Some((s, _)) => Some(runtime_path(&absolutize(base, &s))),
+            None => None,
+        };
+        AdminConfig { listen, token_file }
     });
 
     let reload = section(&mut top, "reload", |r| {

@@ -9,13 +9,17 @@
 //! author sees exactly the text the model reads, validation failures
 //! included.
 //! It never registers anything and never talks to main_server.
+//!
+//! Before sending anything it checks that the process on the admin port is
+//! the sidecar of its config (the identity token of `[admin] token_file`,
+//! see `identity`); without a token file it says that it did not check.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::client::{AdminClient, ClientError, admin_url};
+use super::client::{AdminClient, ClientError, admin_url, token_file};
 use crate::contract::{MAX_CALLBACK_CONNECTIONS, read_answer};
 use crate::devserver::invoke::{callback_body, send_callback, turn_call_id};
 
@@ -79,7 +83,17 @@ pub(crate) async fn call(
     opts: &CallOptions,
 ) -> Result<CallReport, CallError> {
     let raw = raw_arguments(opts)?;
-    let client = AdminClient::new(admin_url(config, admin)?)?;
+    let base = admin_url(config, admin)?;
+    let client = AdminClient::new(base.clone())?;
+    // The arguments go to the callback URL the admin port reports: first
+    // make sure it is this config's sidecar answering there.
+    match token_file(config) {
+        Some(path) => client.verify(config, &path).await?,
+        None => eprintln!(
+            "neko-sidecar: note: not checked that {base} is the sidecar of {}: its [admin] token_file is not set, so this trusts whatever process answers on that port",
+            config.display()
+        ),
+    }
     let (_, status) = client.status().await?;
     let Some(tool) = status.tools.iter().find(|t| t.name == opts.tool) else {
         let known: Vec<&str> = status.tools.iter().map(|t| t.name.as_str()).collect();

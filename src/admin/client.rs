@@ -36,6 +36,22 @@ pub(crate) enum ClientError {
     Unreachable { url: String, reason: String },
     #[error("the admin endpoint at {url} answered {what}")]
     BadAnswer { url: String, what: String },
+    #[error(
+        "the process answering at {url} is not the sidecar of {config}: it does not know the identity token in {token_file} (another local process may have taken the admin port); nothing was sent to it"
+    )]
+    NotOurSidecar {
+        url: String,
+        config: PathBuf,
+        token_file: PathBuf,
+    },
+    #[error(
+        "cannot read the sidecar's identity token {path} ([admin] token_file of {config}): {reason}; run this as the sidecar's user or root, or start the sidecar first"
+    )]
+    TokenFile {
+        path: PathBuf,
+        config: PathBuf,
+        reason: String,
+    },
     #[error("cannot set up an HTTP client: {0}")]
     Client(#[source] reqwest::Error),
 }
@@ -65,6 +81,11 @@ pub(crate) fn admin_url(config_path: &Path, admin: Option<&str>) -> Result<Strin
         }
         Some(addr) => Ok(format!("http://{addr}")),
     }
+}
+
+/// The config's `[admin] token_file`, when the config reads and sets one.
+pub(crate) fn token_file(config_path: &Path) -> Option<PathBuf> {
+    config::load(config_path).0?.admin.token_file
 }
 
 fn normalise(given: &str) -> Result<String, ClientError> {
@@ -100,6 +121,51 @@ impl AdminClient {
             base: base.into(),
             http,
         })
+    }
+
+    /// Checks that the process at the admin address knows the identity
+    /// token of `token_file` (see `identity`).
+    pub(crate) async fn verify(
+        &self,
+        config: &Path,
+        token_file: &Path,
+    ) -> Result<(), ClientError> {
+        let token = super::identity::read_token_file(token_file).map_err(|e| {
+            ClientError::TokenFile {
+                path: token_file.to_path_buf(),
+                config: config.to_path_buf(),
+                reason: e.to_string(),
+            }
+        })?;
+        let challenge = super::identity::challenge().ok_or_else(|| ClientError::BadAnswer {
+            url: self.base.clone(),
+            what: "nothing: this system gave no randomness for a challenge".into(),
+        })?;
+        let url = format!("{}/identity?challenge={challenge}", self.base);
+        let not_ours = || ClientError::NotOurSidecar {
+            url: self.base.clone(),
+            config: config.to_path_buf(),
+            token_file: token_file.to_path_buf(),
+        };
+        let resp = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| ClientError::Unreachable {
+                url: self.base.clone(),
+                reason: root_cause(&e),
+            })?;
+        if !resp.status().is_success() {
+            return Err(not_ours());
+        }
+        let answer: serde_json::Value = resp.json().await.map_err(|_| not_ours())?;
+        let expected = super::identity::proof(&token, &challenge);
+        if answer["proof"].as_str() == Some(expected.as_str()) {
+            Ok(())
+        } else {
+            Err(not_ours())
+        }
     }
 
     /// `GET /status`, as its text (for `--json`) and read.

@@ -232,13 +232,14 @@ fn callbacks(e: &mut Exposition, s: &Sample) {
     e.family(
         "neko_sidecar_callback_rejections_total",
         Kind::Counter,
-        "Callback requests turned away before reaching a tool: forbidden_peer (not loopback), body_too_large, unknown_token (a URL of an earlier run), unknown_tool.",
+        "Callback requests turned away before reaching a tool: forbidden_peer (not loopback), body_too_large, unknown_token (a URL of an earlier run, or a guess), unknown_tool, busy (503: call bodies held all of [callback] max_body_memory).",
     );
     for (reason, n) in [
         ("forbidden_peer", r.forbidden_peer),
         ("body_too_large", r.body_too_large),
         ("unknown_token", r.unknown_token),
         ("unknown_tool", r.unknown_tool),
+        ("busy", r.busy),
     ] {
         e.sample(
             "neko_sidecar_callback_rejections_total",
@@ -246,6 +247,35 @@ fn callbacks(e: &mut Exposition, s: &Sample) {
             n as f64,
         );
     }
+    let c = &s.callbacks.connections;
+    e.single(
+        "neko_sidecar_callback_connections",
+        Kind::Gauge,
+        "Connections the callback listener holds now (at most [callback] max_connections).",
+        c.open as f64,
+    );
+    e.family(
+        "neko_sidecar_callback_connections_closed_to_make_room_total",
+        Kind::Counter,
+        "Connections closed at the bound to make room: lingering (after an answer sent with its body unread, or from a peer that is not loopback), no_valid_request (none within the head grace: another local process holding connections), idle.",
+    );
+    for (reason, n) in [
+        ("lingering", c.evicted_lingering),
+        ("no_valid_request", c.evicted_unproven),
+        ("idle", c.evicted_idle),
+    ] {
+        e.sample(
+            "neko_sidecar_callback_connections_closed_to_make_room_total",
+            &[("reason", reason)],
+            n as f64,
+        );
+    }
+    e.single(
+        "neko_sidecar_callback_connection_waits_total",
+        Kind::Counter,
+        "Times a new callback connection waited in the listen queue because every held one was answering a call (or still in its head grace).",
+        c.waited as f64,
+    );
 }
 
 fn manifests(e: &mut Exposition, s: &Sample) {

@@ -19,6 +19,7 @@
 
 mod call_cmd;
 mod client;
+mod identity;
 mod inspector;
 mod metrics;
 mod page;
@@ -32,5 +33,5 @@ mod view;
 
 pub(crate) use call_cmd::{CallOptions, call};
 pub use sample::{AdminState, Sample};
-pub use server::{AdminError, serve, spawn, start_for};
+pub use server::{AdminError, MAX_CONNECTIONS, serve, spawn, start_for};
 pub(crate) use status_cmd::status;

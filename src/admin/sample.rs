@@ -45,6 +45,9 @@ pub struct AdminState {
     /// through the sidecar. `None` when the system had no randomness to
     /// give; the page then shows but cannot call.
     pub page_token: Option<Arc<str>>,
+    /// The identity token `neko-sidecar call` checks (`identity`): unlike
+    /// the page token, never shown on any page.
+    pub identity_token: Option<Arc<str>>,
 }
 
 impl AdminState {
@@ -62,6 +65,7 @@ impl AdminState {
             started: Instant::now(),
             version: env!("CARGO_PKG_VERSION"),
             page_token: new_page_token(),
+            identity_token: new_page_token(),
         }
     }
 

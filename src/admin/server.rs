@@ -1,6 +1,17 @@
 //! The admin HTTP server: `/healthz`, `/readyz`, `/status`, `/metrics` and
 //! the inspector page.
 //!
+//! Connections are held as the callback listener holds them (`callback::
+//! transport`): at most [`MAX_CONNECTIONS`] (and a sixteenth of the
+//! open-files limit), a head within `[callback] read_timeout`, an idle
+//! connection closed after `[callback] idle_timeout`, a body (only
+//! `POST /ui/call` has one) read whole, within the read timeout and
+//! [`MAX_BODY_BYTES`], before its request claims a slot; a connection from
+//! a peer that is not loopback, or whose requests fail the checks below,
+//! never claims one and is the first closed at the bound. So idle
+//! connections of another local process can neither lock the operator
+//! out nor take the daemon's descriptors.
+//!
 //! Only loopback peers are served (403 otherwise), and only requests whose
 //! `Host` is a loopback address or `localhost` (400 otherwise): `/status`
 //! and the page show callback URLs, whose token is what keeps a web page
@@ -20,17 +31,23 @@
 //! | `GET /readyz` | 200 `{"ready":true,"reasons":[]}`, or 503 with the reasons |
 //! | `GET /status` | 200, the JSON of `view.rs` |
 //! | `GET /metrics` | 200, Prometheus text format 0.0.4 |
+//! | `GET /identity?challenge=HEX` | 200 `{"proof": HEX}`, for `call` (`identity.rs`) |
 //! | anything else | 404 |
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -42,6 +59,8 @@ use super::readiness::judge;
 use super::sample::AdminState;
 use super::view;
 use crate::callback::limits::peer_allowed;
+use crate::callback::listener::admin_connection_bound;
+use crate::callback::transport::{ConnectionLimits, Conn, Serve, Transport, accept_loop};
 use crate::daemon::Daemon;
 use crate::devserver::gates::is_loopback_host;
 
@@ -49,31 +68,137 @@ use crate::devserver::gates::is_loopback_host;
 pub enum AdminError {
     #[error("cannot read the admin listener's address: {0}")]
     LocalAddr(#[source] std::io::Error),
-    #[error("the admin server failed: {0}")]
-    Serve(#[source] std::io::Error),
+}
+
+/// The most connections the admin endpoints hold: an operator's browser
+/// tabs, `status`, a probe and a scraper need a handful.
+pub const MAX_CONNECTIONS: usize = 64;
+/// The largest request body (`POST /ui/call`: a tool's arguments).
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// For a request head from its first byte (and a first request from the
+/// accept), and a body from its head.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection without a request for this long is closed.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The admin endpoints as the connection machinery serves them.
+struct Admin {
+    router: TowerToHyperService<Router>,
+    transport: Transport,
+}
+
+impl Serve for Admin {
+    type Body = Body;
+    type BodyError = axum::Error;
+
+    fn transport(&self) -> &Transport {
+        &self.transport
+    }
+
+    fn serve(
+        self: Arc<Self>,
+        conn: Arc<Conn>,
+        peer: SocketAddr,
+        req: Request<Incoming>,
+    ) -> impl Future<Output = Response> + Send {
+        async move {
+            let (mut parts, body) = req.into_parts();
+            let has_body = parts.headers.contains_key(header::TRANSFER_ENCODING)
+                || parts
+                    .headers
+                    .get(header::CONTENT_LENGTH)
+                    .is_some_and(|v| v != "0");
+            let host = parts.headers.get(header::HOST).and_then(|h| h.to_str().ok());
+            let trusted = peer_allowed(peer) && is_loopback_host(host);
+            let body = if !has_body {
+                Body::empty()
+            } else if !trusted {
+                // Refused by `guard` below without reading it.
+                conn.leave_body_unread();
+                Body::empty()
+            } else {
+                let limited = http_body_util::Limited::new(body, MAX_BODY_BYTES);
+                match tokio::time::timeout(READ_TIMEOUT, limited.collect()).await {
+                    Ok(Ok(b)) => Body::from(b.to_bytes()),
+                    Ok(Err(e)) => {
+                        conn.leave_body_unread();
+                        let too_large = e.is::<http_body_util::LengthLimitError>();
+                        let (code, text) = if too_large {
+                            (StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is larger than the admin endpoints accept ({MAX_BODY_BYTES} bytes)\n"))
+                        } else {
+                            (StatusCode::BAD_REQUEST, format!("the request body could not be read: {e}\n"))
+                        };
+                        return closing((code, text).into_response());
+                    }
+                    Err(_) => {
+                        conn.leave_body_unread();
+                        return closing(
+                            (
+                                StatusCode::REQUEST_TIMEOUT,
+                                "the request body did not arrive in time\n",
+                            )
+                                .into_response(),
+                        );
+                    }
+                }
+            };
+            // Only a request that passes the peer and host checks holds its
+            // connection's slot.
+            let _slot = trusted.then(|| conn.claim(&self.transport));
+            parts.extensions.insert(ConnectInfo(peer));
+            let req = Request::from_parts(parts, body);
+            match hyper::service::Service::call(&self.router, req).await {
+                Ok(r) => r,
+                Err(never) => match never {},
+            }
+        }
+    }
+}
+
+/// An answer after which the connection closes (its body was not read).
+fn closing(mut r: Response) -> Response {
+    r.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
+    r
 }
 
 /// Serves the admin endpoints on `listener` (bound by the caller, on
-/// loopback) until `shutdown` is cancelled; in-flight answers finish first.
+/// loopback) until `shutdown` is cancelled; running answers finish first.
 pub async fn serve(
     listener: TcpListener,
     state: AdminState,
     shutdown: CancellationToken,
 ) -> Result<(), AdminError> {
     let addr = listener.local_addr().map_err(AdminError::LocalAddr)?;
-    let app = router(Arc::new(state));
+    let max_connections = admin_connection_bound();
+    let admin = Arc::new(Admin {
+        router: TowerToHyperService::new(router(Arc::new(state))),
+        transport: Transport::new(
+            "admin",
+            "the admin endpoints' connection bound",
+            ConnectionLimits {
+                read_timeout: READ_TIMEOUT,
+                idle_timeout: IDLE_TIMEOUT,
+                max_connections,
+            },
+            shutdown,
+        ),
+    });
     tracing::info!(
         %addr,
+        max_connections,
         page = %format!("http://{addr}/"),
         "admin endpoints listening (/healthz, /readyz, /status, /metrics); the inspector page: open http://{addr}/ in a browser"
     );
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown.cancelled_owned())
-    .await
-    .map_err(AdminError::Serve)
+    let tasks = admin.transport.tasks.clone();
+    tasks.spawn(accept_loop(admin.clone(), listener));
+    // Until `shutdown`: the accept loop returns, connections close after
+    // their running answer.
+    tasks.close();
+    tasks.wait().await;
+    Ok(())
 }
 
 /// Starts the admin endpoints of a running daemon on its `[admin] listen`
@@ -96,11 +221,18 @@ pub async fn start_for(daemon: &Daemon, shutdown: &CancellationToken) -> Option<
         }
     };
     let bound = listener.local_addr().ok();
-    daemon.spawn(serve_logged(
-        listener,
-        AdminState::from_daemon(daemon),
-        shutdown.clone(),
-    ));
+    let state = AdminState::from_daemon(daemon);
+    let token_file = daemon.config.admin.token_file.clone();
+    if let Some(path) = &token_file {
+        super::identity::write_token_file(path, state.identity_token.as_deref());
+    }
+    let shutdown = shutdown.clone();
+    daemon.spawn(async move {
+        serve_logged(listener, state, shutdown).await;
+        if let Some(path) = token_file {
+            super::identity::remove_token_file(&path);
+        }
+    });
     bound
 }
 
@@ -128,6 +260,7 @@ fn router(state: Arc<AdminState>) -> Router {
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
+        .route("/identity", get(super::identity::answer))
         .route("/", get(inspector::page))
         .route("/inspector.js", get(inspector::script))
         .route("/inspector.css", get(inspector::style))

@@ -40,6 +40,9 @@ pub(crate) struct StatusView {
     #[serde(default)]
     pub mcp_servers: Vec<ServerStatus>,
     pub callback_rejections: RejectionsView,
+    /// What the callback listener's connection bound did.
+    #[serde(default)]
+    pub callback_connections: crate::callback::ConnectionCounts,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -224,6 +227,8 @@ pub(crate) struct RejectionsView {
     pub body_too_large: u64,
     pub unknown_token: u64,
     pub unknown_tool: u64,
+    #[serde(default)]
+    pub busy: u64,
 }
 
 /// Builds the document from one sample.
@@ -243,7 +248,7 @@ pub(crate) fn build(sample: &Sample) -> StatusView {
         ready: readiness.ready,
         not_ready: readiness.reasons,
         main_server: MainServerView {
-            url: sample.main_server_url.clone(),
+            url: crate::manifest::remote::redact_url(&sample.main_server_url),
             reachable: ms.reachable,
             last_error: ms.last_error.clone(),
             failed_attempts: ms.failed_attempts,
@@ -282,7 +287,9 @@ pub(crate) fn build(sample: &Sample) -> StatusView {
             body_too_large: r.body_too_large,
             unknown_token: r.unknown_token,
             unknown_tool: r.unknown_tool,
+            busy: r.busy,
         },
+        callback_connections: sample.callbacks.connections,
     }
 }
 
@@ -461,6 +468,7 @@ pub(super) mod tests {
             callbacks: CallbackStats {
                 tools: BTreeMap::new(),
                 rejections: RejectionCounts::default(),
+                connections: Default::default(),
             },
             callback_urls: names
                 .iter()

@@ -12,9 +12,9 @@ use axum::body::Bytes;
 use tokio::time::Instant;
 
 use super::envelope::{Envelope, normalise};
-use super::handler::{self, HandlerContext, Invocation};
+use super::handler::{self, HandlerContext, HandlerError, Invocation};
 use super::images;
-use super::limits::{call_budget, seconds};
+use super::limits::call_budget;
 use super::routes::Route;
 use super::stats::Outcome;
 use super::validate::{check_arguments, parse_request};
@@ -114,25 +114,33 @@ async fn run(
     }
     let budget = call_budget(spec.timeout());
     let deadline = arrived + budget;
-    let slot = tokio::select! {
-        // A free slot (always, for a tool without a limit) is taken at the
-        // first poll, before the stop signal is ever waited for.
-        biased;
-        s = route.slots.acquire(deadline) => s,
-        () = ctx.hard_stop.cancelled() => {
-            return fail(Outcome::ShuttingDown, SHUTTING_DOWN.into());
+    // A free slot (always, for a tool without a limit) is taken at once;
+    // waiting for one is timed, so that a call that did not get one in
+    // time, or too late to answer, says so.
+    let max = route.slots.limit().map_or(0, |n| n.get());
+    let (_slot, waited) = match route.slots.try_acquire() {
+        Some(slot) => (slot, None),
+        None => {
+            let since = Instant::now();
+            let slot = tokio::select! {
+                biased;
+                s = route.slots.acquire(deadline) => s,
+                () = ctx.hard_stop.cancelled() => {
+                    return fail(Outcome::ShuttingDown, SHUTTING_DOWN.into());
+                }
+            };
+            let waited = since.elapsed();
+            let Some(slot) = slot else {
+                let e = HandlerError::NoSlot {
+                    what: format!("`{}`", spec.name),
+                    max,
+                    waited,
+                    left: None,
+                };
+                return fail(Outcome::TooManyCalls, e.to_string());
+            };
+            (slot, Some(waited))
         }
-    };
-    let Some(_slot) = slot else {
-        let max = route.slots.limit().map_or(0, |n| n.get());
-        return fail(
-            Outcome::TooManyCalls,
-            format!(
-                "too many concurrent calls of `{}` (at most {max} at a time) and none finished within {}; try again later",
-                spec.name,
-                seconds(budget)
-            ),
-        );
     };
     let invocation = Invocation {
         spec,
@@ -153,6 +161,12 @@ async fn run(
             };
             (envelope, outcome, call_id)
         }
-        Err(e) => fail(e.outcome(), e.to_string()),
+        Err(e) => {
+            let e = match waited {
+                Some(w) => e.after_slot_wait(format!("`{}`", spec.name), max, w),
+                None => e,
+            };
+            fail(e.outcome(), e.to_string())
+        }
     }
 }

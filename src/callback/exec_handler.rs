@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::handler::{HandlerContext, HandlerError, Invocation};
-use crate::manifest::ExecHandler;
+use crate::manifest::{ExecHandler, InheritEnv};
 use crate::os::{ProcessTree, SpawnSpec};
 
 /// How much of stderr is kept for error messages.
@@ -76,10 +76,21 @@ pub(crate) async fn call(
         crate::os::resolve_program_cached(program, &h.cwd, path_var).map_err(|reason| {
             HandlerError::NotStarted {
                 program: program.clone(),
-                reason,
+                reason: for_the_model(tool, program, reason),
             }
         })?;
     let mut spec = SpawnSpec::new(&resolved);
+    if let InheritEnv::Only(names) = &h.inherit_env {
+        // Only the named variables of the sidecar's own environment, then
+        // the manifest's `env` and the call's variables (set below): the
+        // spec starts from an empty environment on every platform.
+        spec.env_clear();
+        for (name, value) in std::env::vars_os() {
+            if names.iter().any(|n| OsStr::new(n) == name) {
+                spec.env(name, value);
+            }
+        }
+    }
     // systemd's notify variables belong to the service's main process: a
     // handler using an sd_notify library must not speak for the sidecar.
     for var in crate::systemd::SERVICE_ONLY_ENV {
@@ -316,6 +327,21 @@ async fn stop_stragglers(
         }
     }
     tree.kill();
+}
+
+/// Where a program was looked for (every PATH directory) is for operators:
+/// it is logged (and `check` prints it), and the model reads only "not
+/// found on PATH" and what to do, since the directories tell a reader of
+/// the conversation about the machine and its users.
+fn for_the_model(tool: &str, program: &str, reason: String) -> String {
+    let Some(cut) = reason.find(" (looked in ") else {
+        return reason;
+    };
+    tracing::warn!(tool, program, reason, "an exec handler's program was not found");
+    format!(
+        "{}; the sidecar's log says where it was looked for",
+        &reason[..cut]
+    )
 }
 
 fn spawn_reason(e: &std::io::Error, program: &Path) -> String {

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use axum::body::Bytes;
+use futures_util::FutureExt as _;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -48,6 +49,17 @@ pub(crate) enum HandlerError {
         tail_from: &'static str,
         tail: String,
     },
+    /// Past `max_concurrency` (of the tool, or of its MCP server `what`):
+    /// no slot came free in time, so the handler never ran (`left` is
+    /// `None`), or one came so late that the handler did not answer in the
+    /// time `left`.
+    #[error("too many concurrent calls of {what} (at most {max} at a time): {}; try again later", slot_note(*.waited, *.left))]
+    NoSlot {
+        what: String,
+        max: usize,
+        waited: Duration,
+        left: Option<Duration>,
+    },
     #[error("talking to the handler failed: {detail}")]
     Failed { detail: String },
     #[error(
@@ -65,6 +77,37 @@ pub(crate) enum HandlerError {
         code: i32,
         message: String,
     },
+}
+
+fn slot_note(waited: Duration, left: Option<Duration>) -> String {
+    match left {
+        None => format!(
+            "none finished within {}, so the tool did not run",
+            seconds(waited)
+        ),
+        Some(left) => format!(
+            "this call waited {} for a slot, and its handler did not answer in the {} left",
+            seconds(waited),
+            seconds(left)
+        ),
+    }
+}
+
+impl HandlerError {
+    /// A timeout of a call that waited `waited` for its slot (of `what`,
+    /// at most `max`) reads as that wait, which took its time; any other
+    /// error is unchanged.
+    pub(crate) fn after_slot_wait(self, what: String, max: usize, waited: Duration) -> Self {
+        match self {
+            HandlerError::Timeout { budget, .. } => HandlerError::NoSlot {
+                what,
+                max,
+                waited,
+                left: Some(budget.saturating_sub(waited)),
+            },
+            other => other,
+        }
+    }
 }
 
 fn tail_note(from: &str, tail: &str) -> String {
@@ -85,6 +128,7 @@ impl HandlerError {
             HandlerError::NotStarted { .. } => Outcome::SpawnFailed,
             HandlerError::Exited { .. } => Outcome::HandlerExit,
             HandlerError::Failed { .. } => Outcome::HandlerFailed,
+            HandlerError::NoSlot { .. } => Outcome::TooManyCalls,
             HandlerError::ShuttingDown => Outcome::ShuttingDown,
             HandlerError::McpUnavailable(_) => Outcome::Unreachable,
             HandlerError::McpRpc { .. } => Outcome::HandlerFailed,
@@ -173,29 +217,70 @@ async fn mcp_call(
     // main_server always sends an object (CONTRACT.md); anything else was
     // refused by validation, or the tool takes no arguments.
     let arguments = call.arguments.as_object().cloned().unwrap_or_default();
+    // A free slot is taken at once; waiting for one is timed, so that a
+    // call that did not get one in time says so.
+    let what = || format!("the MCP server `{}`", m.server);
+    let max = session.max_concurrency().unwrap_or(0);
+    let (slot, waited) = match session.slot().now_or_never() {
+        Some(s) => (s, None),
+        None => {
+            let since = Instant::now();
+            let s = tokio::select! {
+                biased;
+                s = session.slot() => s,
+                () = tokio::time::sleep_until(call.deadline) => {
+                    return Err(HandlerError::NoSlot {
+                        what: what(),
+                        max,
+                        waited: since.elapsed(),
+                        left: None,
+                    });
+                }
+                () = ctx.hard_stop.cancelled() => return Err(HandlerError::ShuttingDown),
+            };
+            (s, Some(since.elapsed()))
+        }
+    };
+    let slot = match slot {
+        Ok(s) => s,
+        Err(e) => return Err(call_error(m, e)),
+    };
     // Dropping the call at the deadline cancels it on the server
     // (`notifications/cancelled`).
-    let work = session.call(&m.tool, arguments);
+    let work = session.call(slot, &m.tool, arguments);
     let result = tokio::select! {
         biased;
         r = work => r,
-        () = tokio::time::sleep_until(call.deadline) => return Err(HandlerError::Timeout { budget: call.budget, stopped: true }),
+        () = tokio::time::sleep_until(call.deadline) => {
+            let e = HandlerError::Timeout { budget: call.budget, stopped: true };
+            return Err(match waited {
+                Some(w) => e.after_slot_wait(what(), max, w),
+                None => e,
+            });
+        }
         () = ctx.hard_stop.cancelled() => return Err(HandlerError::ShuttingDown),
     };
     match result {
         Ok(result) => Ok(answer::envelope_for(&result).to_vec()),
-        Err(CallError::Unavailable(why)) => Err(HandlerError::McpUnavailable(why)),
-        Err(CallError::Rpc { code, message }) => Err(HandlerError::McpRpc {
+        Err(e) => Err(call_error(m, e)),
+    }
+}
+
+/// A failed `tools/call` as the model reads it.
+fn call_error(m: &McpToolHandler, e: CallError) -> HandlerError {
+    match e {
+        CallError::Unavailable(why) => HandlerError::McpUnavailable(why),
+        CallError::Rpc { code, message } => HandlerError::McpRpc {
             server: m.server.clone(),
             code,
             message,
-        }),
-        Err(CallError::Unsupported(why)) => Err(HandlerError::Failed { detail: why }),
-        Err(CallError::Lost(why)) => Err(HandlerError::Failed {
+        },
+        CallError::Unsupported(why) => HandlerError::Failed { detail: why },
+        CallError::Lost(why) => HandlerError::Failed {
             detail: format!(
                 "the session with the MCP server `{}` broke: {why}; it is being started again",
                 m.server
             ),
-        }),
+        },
     }
 }

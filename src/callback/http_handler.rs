@@ -23,6 +23,7 @@ use reqwest::{Client, Url};
 use super::handler::HandlerError;
 use crate::diag::{root_cause, with_causes};
 use crate::manifest::HttpHandler;
+use crate::manifest::remote::redact_url;
 
 /// How much of a non-2xx answer is quoted back, as main_server quotes.
 const STATUS_BODY_CHARS: usize = 200;
@@ -71,9 +72,12 @@ impl Endpoint {
     /// The endpoint of `h`. The manifest loader checked the URL already, so
     /// an error here is a URL it let through; the call reports it.
     pub(crate) fn new(h: &HttpHandler, clients: &HttpClients) -> Result<Self, String> {
+        // The URL as every message shows it: a password or query values
+        // never reach the model, `/status` or the log.
+        let shown = redact_url(&h.url);
         let target = match &h.unix_socket {
-            Some(s) => format!("{} (unix socket {})", h.url, s.display()),
-            None => h.url.clone(),
+            Some(s) => format!("{shown} (unix socket {})", s.display()),
+            None => shown,
         };
         let url = Url::parse(&h.url).map_err(|e| format!("{target}: not a URL: {e}"))?;
         if url.scheme() != "http" || !url.has_host() {
@@ -109,6 +113,8 @@ pub(crate) async fn call(
         .send()
         .await
         .map_err(|err| {
+            // reqwest's text names the URL whole; `target` says it redacted.
+            let err = err.without_url();
             if out_of_descriptors(&err) {
                 // The sidecar's own limit, not the plugin: say so, or the
                 // operator goes looking for a plugin that is running fine.
@@ -160,7 +166,11 @@ pub(crate) async fn call(
         Ok((b, false)) => Ok(b),
         Ok((_, true)) => Err(too_large),
         Err(err) => Err(HandlerError::Failed {
-            detail: format!("reading the answer of {}: {}", e.target, with_causes(&err)),
+            detail: format!(
+                "reading the answer of {}: {}",
+                e.target,
+                with_causes(&err.without_url())
+            ),
         }),
     }
 }

@@ -64,6 +64,14 @@ impl Slots {
         self.limit
     }
 
+    /// A slot if one is free now (always, without a limit).
+    pub(crate) fn try_acquire(&self) -> Option<Slot> {
+        match &self.semaphore {
+            None => Some(Slot(None)),
+            Some(sem) => sem.clone().try_acquire_owned().ok().map(|p| Slot(Some(p))),
+        }
+    }
+
     /// Waits for a slot until `deadline`; `None` when none freed in time.
     pub(crate) async fn acquire(&self, deadline: Instant) -> Option<Slot> {
         let Some(sem) = &self.semaphore else {

@@ -27,9 +27,7 @@ pub(crate) const BACKLOG: u32 = 4096;
 pub(crate) fn connection_bound(configured: usize) -> usize {
     // Windows has no such limit (`os` says so with `None`).
     let files = crate::os::open_files_limit().unwrap_or(u64::MAX);
-    let bound = configured
-        .min(usize::try_from(files / 2).unwrap_or(usize::MAX))
-        .max(1);
+    let bound = share(configured, files, 2);
     if bound < configured {
         tracing::warn!(
             configured,
@@ -39,6 +37,23 @@ pub(crate) fn connection_bound(configured: usize) -> usize {
         );
     }
     bound
+}
+
+/// The admin endpoints' connection bound: [`MAX_CONNECTIONS`](crate::admin::MAX_CONNECTIONS),
+/// and at most a sixteenth of the open-files limit, so that the two
+/// listeners together hold at most nine sixteenths of it, and the daemon
+/// keeps the rest for handlers, manifests and MCP servers whatever
+/// connections other local processes open.
+pub(crate) fn admin_connection_bound() -> usize {
+    let files = crate::os::open_files_limit().unwrap_or(u64::MAX);
+    share(crate::admin::MAX_CONNECTIONS, files, 16)
+}
+
+/// `configured`, at most `files / part`, at least 1.
+fn share(configured: usize, files: u64, part: u64) -> usize {
+    configured
+        .min(usize::try_from(files / part).unwrap_or(usize::MAX))
+        .max(1)
 }
 
 /// Binds `addr` (with `SO_REUSEADDR`, as `TcpListener::bind` does) and
@@ -59,6 +74,20 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    /// The two listeners' bounds leave the daemon most of its descriptors,
+    /// at systemd's soft limit (1,024) and at a raised one.
+    #[test]
+    fn the_listeners_share_of_descriptors_leaves_the_daemon_the_rest() {
+        for files in [1024u64, 20_000, 524_288] {
+            let callback = share(1_000_000, files, 2) as u64;
+            let admin = share(crate::admin::MAX_CONNECTIONS, files, 16) as u64;
+            assert!(callback + admin <= files * 9 / 16, "{files}: {callback} + {admin}");
+        }
+        assert_eq!(share(1024, 1024, 2), 512);
+        assert_eq!(share(crate::admin::MAX_CONNECTIONS, 1024, 16), 64);
+        assert_eq!(share(64, 256, 16), 16);
+    }
 
     /// Regression: with tokio's default backlog (128) the 130th connection
     /// waiting to be accepted got no answer to its SYN for a second.

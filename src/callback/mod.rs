@@ -58,6 +58,7 @@ pub(crate) mod listener;
 mod routes;
 mod server;
 pub(crate) mod stats;
+pub(crate) mod transport;
 pub mod validate;
 
 use std::collections::BTreeMap;
@@ -77,10 +78,12 @@ use envelope::Envelope;
 use handler::HandlerContext;
 use http_handler::HttpClients;
 use routes::RouteTable;
-use server::{Answer, BodyError, ConnectionLimits, Connections, answer};
+use server::{Answer, BodyError, answer};
+use transport::{ConnectionLimits, Transport};
 use stats::{Rejections, ToolStatsSnapshot};
 
 pub use stats::{Outcome, RejectionCounts};
+pub use transport::ConnectionCounts;
 
 /// How long a forced stop (a drain past its deadline) may take for the
 /// stopped calls to answer and their processes to be reaped.
@@ -100,8 +103,11 @@ pub struct CallbackSettings {
     pub read_timeout: Duration,
     /// A connection without a request is closed after this.
     pub idle_timeout: Duration,
-    /// Connections held at once (see `server` for what happens at the bound).
+    /// Connections held at once (see `transport` for what happens at the bound).
     pub max_connections: usize,
+    /// The memory all bodies being read or answered may hold together (see
+    /// `server`); at least `max_body_bytes` is used.
+    pub max_body_memory: usize,
 }
 
 impl CallbackSettings {
@@ -113,6 +119,7 @@ impl CallbackSettings {
             read_timeout: callback.read_timeout,
             idle_timeout: callback.idle_timeout,
             max_connections: callback.max_connections,
+            max_body_memory: callback.max_body_memory,
         }
     }
 }
@@ -133,6 +140,8 @@ pub struct CallbackStats {
     pub tools: BTreeMap<String, ToolStatsSnapshot>,
     /// Requests turned away before reaching a tool.
     pub rejections: RejectionCounts,
+    /// What the connection bound did.
+    pub connections: ConnectionCounts,
 }
 
 /// How a drain ended.
@@ -156,14 +165,15 @@ struct Shared {
     rejections: Rejections,
     /// What every call needs: limits, the hard stop, the call tasks.
     handlers: Arc<HandlerContext>,
-    /// Cancelled to stop accepting (a child of the daemon's shutdown token).
-    stop_accepting: CancellationToken,
     /// For the 413 message.
     max_body_bytes: usize,
-    /// The open connections and their bound.
-    connections: Connections,
-    /// The accept loop, every connection, and connections lingering.
-    connection_tasks: TaskTracker,
+    /// The memory all bodies being read or answered may hold together, in
+    /// bytes (see `server`).
+    body_memory: Arc<tokio::sync::Semaphore>,
+    body_memory_total: usize,
+    /// The open connections, their bound and tasks; its `stop` (a child of
+    /// the daemon's shutdown token) is cancelled to stop accepting.
+    transport: Transport,
 }
 
 impl Shared {
@@ -190,6 +200,7 @@ impl CallbackServer {
         let addr = listener.local_addr().map_err(CallbackError::LocalAddr)?;
         let token = new_token()?;
         let max_connections = listener::connection_bound(settings.max_connections);
+        let body_memory_total = settings.max_body_memory.max(settings.max_body_bytes);
         let shared = Arc::new(Shared {
             token,
             routes: RwLock::new(Arc::new(RouteTable::default())),
@@ -202,23 +213,29 @@ impl CallbackServer {
                 tasks: TaskTracker::new(),
                 mcp: Default::default(),
             }),
-            stop_accepting: shutdown.child_token(),
             max_body_bytes: settings.max_body_bytes,
-            connections: Connections::new(ConnectionLimits {
-                read_timeout: settings.read_timeout,
-                idle_timeout: settings.idle_timeout,
-                max_connections,
-            }),
-            connection_tasks: TaskTracker::new(),
+            body_memory: Arc::new(tokio::sync::Semaphore::new(body_memory_total)),
+            body_memory_total,
+            transport: Transport::new(
+                "callback",
+                "[callback] max_connections",
+                ConnectionLimits {
+                    read_timeout: settings.read_timeout,
+                    idle_timeout: settings.idle_timeout,
+                    max_connections,
+                },
+                shutdown.child_token(),
+            ),
         });
         shared
-            .connection_tasks
-            .spawn(server::accept_loop(shared.clone(), listener));
+            .transport
+            .tasks
+            .spawn(transport::accept_loop(shared.clone(), listener));
         tracing::info!(%addr, max_connections, "callback server listening");
         Ok(CallbackHandle {
             base_url: format!("http://{addr}"),
             shared: shared.clone(),
-            _stop_when_dropped: Arc::new(shared.stop_accepting.clone().drop_guard()),
+            _stop_when_dropped: Arc::new(shared.transport.stop.clone().drop_guard()),
         })
     }
 }
@@ -241,7 +258,7 @@ impl CallbackHandle {
 
     /// How many connections the server holds open now.
     pub fn open_connections(&self) -> usize {
-        self.shared.connections.count()
+        self.shared.transport.count()
     }
 
     /// The `callback_url` to register for `tool`. Tool names are
@@ -275,6 +292,7 @@ impl CallbackHandle {
                 .map(|(name, r)| (name.clone(), r.stats.snapshot()))
                 .collect(),
             rejections: self.shared.rejections.snapshot(),
+            connections: self.shared.transport.counts(),
         }
     }
 
@@ -282,7 +300,7 @@ impl CallbackHandle {
     /// stops whatever still runs (see the module doc).
     pub async fn drain(&self, deadline: Instant) -> Drained {
         let s = &self.shared;
-        s.stop_accepting.cancel();
+        s.transport.stop.cancel();
         let tasks = &s.handlers.tasks;
         tasks.close();
         let drained = if tokio::time::timeout_at(deadline, tasks.wait())
@@ -298,8 +316,8 @@ impl CallbackHandle {
         };
         // Open connections close as soon as their last answer is written.
         let server_deadline = deadline.max(Instant::now() + FORCED_STOP_GRACE);
-        s.connection_tasks.close();
-        if tokio::time::timeout_at(server_deadline, s.connection_tasks.wait())
+        s.transport.tasks.close();
+        if tokio::time::timeout_at(server_deadline, s.transport.tasks.wait())
             .await
             .is_err()
         {
@@ -325,14 +343,19 @@ fn token_matches(expected: &str, given: &str) -> bool {
             == 0
 }
 
-/// Answers a request at `/cb/{token}/{tool}` (the transport in `server`
-/// checked the peer and the method, and read the body).
-async fn on_call(
-    shared: &Shared,
-    token: &str,
-    tool: &str,
-    body: Result<Bytes, BodyError>,
-) -> Answer {
+/// The answer to a call with a token that is not this run's.
+fn unknown_token(shared: &Shared) -> Answer {
+    shared.rejections.count_unknown_token();
+    let e = Envelope::failure(
+        "UNKNOWN_CALLBACK_TOKEN",
+        "this callback URL is out of date: the sidecar serving it has restarted since the tool was registered; it registers its tools again with a new URL, so try again shortly",
+    );
+    answer(StatusCode::OK, &e)
+}
+
+/// Answers a request at `/cb/{token}/{tool}` (`server` checked the peer,
+/// the method and the token, and read the body).
+async fn on_call(shared: &Shared, tool: &str, body: Result<Bytes, BodyError>) -> Answer {
     let arrived = Instant::now();
     let body = match body {
         Ok(b) => b,
@@ -354,6 +377,17 @@ async fn on_call(
             );
             return answer(StatusCode::REQUEST_TIMEOUT, &e);
         }
+        Err(BodyError::NoMemory) => {
+            shared.rejections.count_busy();
+            let e = Envelope::failure(
+                "SIDECAR_BUSY",
+                format!(
+                    "the sidecar is busy: the calls it is reading or answering hold all the memory it gives call bodies ({} bytes) and none was freed in time; the tool did not run; try again shortly",
+                    shared.body_memory_total
+                ),
+            );
+            return answer(StatusCode::SERVICE_UNAVAILABLE, &e);
+        }
         Err(BodyError::Unreadable(why)) => {
             let e = Envelope::failure(
                 Outcome::BadBody.code(),
@@ -362,14 +396,6 @@ async fn on_call(
             return answer(StatusCode::OK, &e);
         }
     };
-    if !token_matches(&shared.token, token) {
-        shared.rejections.count_unknown_token();
-        let e = Envelope::failure(
-            "UNKNOWN_CALLBACK_TOKEN",
-            "this callback URL is out of date: the sidecar serving it has restarted since the tool was registered; it registers its tools again with a new URL, so try again shortly",
-        );
-        return answer(StatusCode::OK, &e);
-    }
     let routes = shared.routes();
     let Some(route) = routes.get(tool) else {
         shared.rejections.count_unknown_tool();
@@ -383,7 +409,7 @@ async fn on_call(
         );
         return answer(StatusCode::OK, &e);
     };
-    let draining = shared.stop_accepting.is_cancelled();
+    let draining = shared.transport.stop.is_cancelled();
     let handlers = shared.handlers.clone();
     let is_exec = matches!(route.spec.handler, crate::manifest::Handler::Exec(_));
     let call = async move { call::answer(&handlers, route, body, arrived, draining).await };

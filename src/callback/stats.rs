@@ -284,6 +284,7 @@ pub(crate) struct Rejections {
     pub body_too_large: AtomicU64,
     pub unknown_token: AtomicU64,
     pub unknown_tool: AtomicU64,
+    pub busy: AtomicU64,
 }
 
 /// Snapshot of `Rejections`.
@@ -293,6 +294,8 @@ pub struct RejectionCounts {
     pub body_too_large: u64,
     pub unknown_token: u64,
     pub unknown_tool: u64,
+    /// 503 `SIDECAR_BUSY`: no body memory freed within `read_timeout`.
+    pub busy: u64,
 }
 
 impl Rejections {
@@ -308,6 +311,10 @@ impl Rejections {
         self.unknown_token.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn count_busy(&self) {
+        self.busy.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn count_unknown_tool(&self) {
         self.unknown_tool.fetch_add(1, Ordering::Relaxed);
     }
@@ -318,6 +325,7 @@ impl Rejections {
             body_too_large: self.body_too_large.load(Ordering::Relaxed),
             unknown_token: self.unknown_token.load(Ordering::Relaxed),
             unknown_tool: self.unknown_tool.load(Ordering::Relaxed),
+            busy: self.busy.load(Ordering::Relaxed),
         }
     }
 }

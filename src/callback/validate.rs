@@ -26,6 +26,10 @@ pub struct CallbackRequest {
     pub call_id: String,
 }
 
+/// The longest `call_id` taken: model providers' ids are a few dozen
+/// characters (`call_…`, `toolu_…`), main_server's own fallback shorter.
+pub const MAX_CALL_ID_BYTES: usize = 256;
+
 /// Reads a callback body: an object with a string `name` and `arguments`,
 /// plus optional string `call_id` and `raw_arguments`. `tool` is the name in
 /// the URL, which `name` must match. Each failure says what is wrong.
@@ -50,8 +54,10 @@ pub fn parse_request(body: &[u8], tool: &str) -> Result<CallbackRequest, Box<Env
         None => return Err(bad("`name` is missing".into())),
     };
     if name != tool {
+        // The name is the caller's: only its start is quoted.
+        let shown: String = name.chars().take(64).collect();
         return Err(bad(format!(
-            "the call names tool `{name}` but arrived at the URL of tool `{tool}`"
+            "the call names tool `{shown}` but arrived at the URL of tool `{tool}`"
         )));
     }
     let Some(arguments) = obj.remove("arguments") else {
@@ -59,7 +65,15 @@ pub fn parse_request(body: &[u8], tool: &str) -> Result<CallbackRequest, Box<Env
     };
     let call_id = match obj.remove("call_id") {
         None | Some(Json::Null) => String::new(),
-        Some(Json::String(s)) => s,
+        Some(Json::String(s)) if s.len() <= MAX_CALL_ID_BYTES => s,
+        // It goes into every log line of the call and an exec handler's
+        // environment (`NEKO_CALL_ID`), where a megabyte fails the spawn.
+        Some(Json::String(s)) => {
+            return Err(bad(format!(
+                "`call_id` is {} bytes long; the sidecar accepts at most {MAX_CALL_ID_BYTES} (main_server's are a few dozen)",
+                s.len()
+            )));
+        }
         Some(_) => return Err(bad("`call_id` is not a string".into())),
     };
     match obj.get("raw_arguments") {
@@ -335,5 +349,23 @@ mod tests {
             assert!(msg.contains(why), "{body}: {msg}");
             assert_eq!(e.code(), Some("BAD_CALLBACK_BODY"));
         }
+    }
+
+    /// Issue 48: a call_id of any length went into every log line of the
+    /// call and into `NEKO_CALL_ID`, where 1 MiB failed the spawn (E2BIG).
+    #[test]
+    fn a_call_id_longer_than_main_servers_is_refused_and_a_long_name_is_not_echoed() {
+        let at_limit = "c".repeat(MAX_CALL_ID_BYTES);
+        let body = json!({"name": "weather", "arguments": {}, "call_id": at_limit}).to_string();
+        assert_eq!(parse_request(body.as_bytes(), "weather").unwrap().call_id, at_limit);
+        let long = "c".repeat(MAX_CALL_ID_BYTES + 1);
+        let body = json!({"name": "weather", "arguments": {}, "call_id": long}).to_string();
+        let e = parse_request(body.as_bytes(), "weather").unwrap_err();
+        let msg = e.error.clone().unwrap();
+        assert!(msg.contains("`call_id` is 257 bytes long; the sidecar accepts at most 256"), "{msg}");
+        assert_eq!(e.code(), Some("BAD_CALLBACK_BODY"));
+        let body = json!({"name": "x".repeat(100_000), "arguments": {}}).to_string();
+        let msg = parse_request(body.as_bytes(), "weather").unwrap_err().error.clone().unwrap();
+        assert!(msg.len() < 500, "{}", msg.len());
     }
 }

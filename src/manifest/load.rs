@@ -16,7 +16,7 @@ use serde_json::Value as Json;
 use toml::de::{DeTable, DeValue};
 
 use super::{
-    ExecHandler, Handler, HttpHandler, McpServerSpec, Origin, ToolSpec, UnbridgedServer,
+    ExecHandler, Handler, HttpHandler, InheritEnv, McpServerSpec, Origin, ToolSpec, UnbridgedServer,
     default_parameters, schema,
 };
 use crate::config::{absolutize, runtime_path};
@@ -76,7 +76,7 @@ const TOOL_KEYS: &[&str] = &[
     "max_concurrency",
 ];
 const HTTP_KEYS: &[&str] = &["type", "url", "unix_socket"];
-const EXEC_KEYS: &[&str] = &["type", "command", "cwd", "env"];
+const EXEC_KEYS: &[&str] = &["type", "command", "cwd", "env", "inherit_env"];
 
 /// The largest timeout main_server accepts.
 pub(super) const MAX_TIMEOUT_SECONDS: f64 = 300.0;
@@ -594,21 +594,22 @@ fn read_http(r: &mut TableReader<'_, '_>, base: &Path, ctx: &LoadContext) -> Opt
         }
         return None;
     };
+    let shown = super::remote::redact_url(&url);
     let parsed = match reqwest::Url::parse(&url) {
         Ok(u) => u,
         Err(e) => {
-            r.error(&sp, format!("handler `url` \"{url}\" is not a URL ({e}): expected e.g. \"http://127.0.0.1:9876/weather\""));
+            r.error(&sp, format!("handler `url` \"{shown}\" is not a URL ({e}): expected e.g. \"http://127.0.0.1:9876/weather\""));
             return None;
         }
     };
     match parsed.scheme() {
         "http" => {}
         "https" => {
-            r.error(&sp, format!("handler `url` \"{url}\" uses https: handlers are reached on this machine over plain http (https is for remote MCP servers: a [[mcp_server]] with an https `url`)"));
+            r.error(&sp, format!("handler `url` \"{shown}\" uses https: handlers are reached on this machine over plain http (https is for remote MCP servers: a [[mcp_server]] with an https `url`)"));
             return None;
         }
         other => {
-            r.error(&sp, format!("handler `url` \"{url}\" has scheme `{other}`: only http is allowed (for a unix socket, add unix_socket = \"/path/to.sock\")"));
+            r.error(&sp, format!("handler `url` \"{shown}\" has scheme `{other}`: only http is allowed (for a unix socket, add unix_socket = \"/path/to.sock\")"));
             return None;
         }
     }
@@ -616,7 +617,7 @@ fn read_http(r: &mut TableReader<'_, '_>, base: &Path, ctx: &LoadContext) -> Opt
     if unix_socket.is_none() && !ctx.allow_remote_handlers && !url_host_is_loopback(&parsed) {
         r.error(
             &sp,
-            format!("handler `url` \"{url}\" is not on loopback: the sidecar would become the off-box proxy that main_server's loopback rule exists to prevent; use 127.0.0.1, ::1 or localhost, or set allow_remote_handlers = true in the agent config"),
+            format!("handler `url` \"{shown}\" is not on loopback: the sidecar would become the off-box proxy that main_server's loopback rule exists to prevent; use 127.0.0.1, ::1 or localhost, or set allow_remote_handlers = true in the agent config"),
         );
         return None;
     }
@@ -630,11 +631,50 @@ fn read_exec(r: &mut TableReader<'_, '_>, base: &Path) -> Option<ExecHandler> {
     let env = read_env(r);
     let path_var = env.as_ref().and_then(|e| e.get("PATH")).cloned();
     let command = read_command(r, cwd.as_deref(), path_var.as_deref());
+    let inherit_env = read_inherit_env(r);
     Some(ExecHandler {
         command: command?,
         cwd: runtime_path(&cwd?),
         env: env?,
+        inherit_env: inherit_env?,
     })
+}
+
+/// `inherit_env`: `true` (the default), `false`, or a list of names.
+fn read_inherit_env(r: &mut TableReader<'_, '_>) -> Option<InheritEnv> {
+    let Some(item) = r.get("inherit_env") else {
+        return Some(InheritEnv::All);
+    };
+    match item.get_ref() {
+        DeValue::Boolean(_) => r.boolean("inherit_env").map(|(all, _)| {
+            if all {
+                InheritEnv::All
+            } else {
+                InheritEnv::Only(Vec::new())
+            }
+        }),
+        DeValue::Array(_) => {
+            let (names, _) = r.string_array("inherit_env")?;
+            let mut ok = true;
+            for (name, sp) in &names {
+                if name.is_empty() || name.contains('=') || name.contains('\0') {
+                    r.error(sp, format!("`inherit_env` names \"{name}\", which is not an environment variable name: it must be non-empty with no `=` or NUL"));
+                    ok = false;
+                }
+            }
+            ok.then(|| InheritEnv::Only(names.into_iter().map(|(n, _)| n).collect()))
+        }
+        other => {
+            let msg = format!(
+                "`inherit_env` of {} must be true (the sidecar's whole environment, the default), false (only `env`) or a list of the variables to pass on, e.g. [\"PATH\", \"HOME\", \"LANG\"]; found {}",
+                r.what,
+                type_name(other)
+            );
+            let sp = item.span();
+            r.error(&sp, msg);
+            None
+        }
+    }
 }
 
 /// `cwd`, made absolute against `base` (the manifest's folder, also the

@@ -120,18 +120,37 @@ pub struct ExecHandler {
     pub command: Vec<String>,
     /// Absolute working directory (default: the manifest's folder).
     pub cwd: PathBuf,
-    /// Added to the sidecar's environment.
+    /// Added to what is inherited (`inherit_env`).
     pub env: BTreeMap<String, String>,
+    /// What of the sidecar's own environment the process gets.
+    pub inherit_env: InheritEnv,
+}
+
+/// `inherit_env` of an exec handler: which of the sidecar's environment
+/// variables its processes get (besides the manifest's `env` and
+/// `NEKO_TOOL_NAME`, `NEKO_CALL_ID`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum InheritEnv {
+    /// `true` (the default): all of them, except systemd's notify variables.
+    #[default]
+    All,
+    /// `false` (none), or a list of names (those, when set).
+    Only(Vec<String>),
 }
 
 impl std::fmt::Display for Handler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            // URLs as `remote::redact_url` shows them, wherever this is
+            // shown (`/status`, the inspector, the log).
             Handler::Http(h) => match &h.unix_socket {
-                Some(s) => write!(f, "http {} via unix:{}", h.url, s.display()),
-                None => write!(f, "http {}", h.url),
+                Some(s) => write!(f, "http {} via unix:{}", remote::redact_url(&h.url), s.display()),
+                None => write!(f, "http {}", remote::redact_url(&h.url)),
             },
-            Handler::Exec(e) => write!(f, "exec {}", e.command.join(" ")),
+            Handler::Exec(e) => {
+                let words: Vec<String> = e.command.iter().map(|w| remote::redact_word(w)).collect();
+                write!(f, "exec {}", words.join(" "))
+            }
             Handler::Mcp(m) => write!(f, "mcp {} tool {}", m.server, m.tool),
         }
     }

@@ -39,7 +39,9 @@ pub(crate) fn reach_problem(url: &url::Url, allow_remote_handlers: bool) -> Opti
 }
 
 /// `url` as it may be shown: a query's values and a password replaced by
-/// `…` (`https://host/sse?key=…`), the rest kept.
+/// `…` (`https://host/sse?key=…`), the rest kept. The one rule for every
+/// URL the daemon shows (the model's text, `/status`, the inspector, the
+/// log, `check`): MCP servers', http handlers', main_server's, a proxy's.
 pub(crate) fn redact_url(url: &str) -> String {
     let Ok(mut parsed) = url::Url::parse(url) else {
         // Not a URL: keep what is before a query, never the query.
@@ -48,6 +50,10 @@ pub(crate) fn redact_url(url: &str) -> String {
             None => url.to_string(),
         };
     };
+    if parsed.password().is_none() && parsed.query().is_none() {
+        // Nothing secret: shown as written (no trailing `/` added).
+        return url.to_string();
+    }
     if parsed.password().is_some() {
         let _ = parsed.set_password(Some("…"));
     }
@@ -63,6 +69,23 @@ pub(crate) fn redact_url(url: &str) -> String {
     }
     // `Url` percent-encodes the ellipsis; show it as typed.
     parsed.to_string().replace("%E2%80%A6", "…")
+}
+
+/// A command-line word as it may be shown: a URL in it (the whole word, or
+/// the value of `--flag=URL`) redacted as [`redact_url`] does, the rest kept.
+pub(crate) fn redact_word(word: &str) -> String {
+    if !word.contains("://") {
+        return word.to_string();
+    }
+    let (flag, value) = match word.split_once('=') {
+        Some((f, v)) if v.contains("://") && !f.contains("://") => (Some(f), v),
+        _ => (None, word),
+    };
+    let shown = redact_url(value);
+    match flag {
+        Some(f) => format!("{f}={shown}"),
+        None => shown,
+    }
 }
 
 /// The parts of `url` that are secret and must be scrubbed from any text

@@ -235,6 +235,20 @@ impl Session {
         self.stop.cancel();
     }
 
+    /// Waits for one of the server's `max_concurrency` slots (`None`: it
+    /// has no such limit), to hand to [`Self::call`].
+    pub(crate) async fn slot(&self) -> Result<Option<tokio::sync::SemaphorePermit<'_>>, CallError> {
+        match &self.slots {
+            Some(s) => Ok(Some(s.acquire().await.map_err(|_| self.unavailable())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The server's `max_concurrency`, if any.
+    pub(crate) fn max_concurrency(&self) -> Option<usize> {
+        self.spec.max_concurrency.map(|n| n.get())
+    }
+
     /// `text` with this server's secrets replaced by `…`.
     fn scrub(&self, text: &str) -> String {
         remote::scrub(text, &self.secrets)
@@ -247,15 +261,16 @@ impl Session {
     /// Calls the MCP tool `tool` with `arguments`, the result as JSON on
     /// the wire. Dropping the future (at the deadline) cancels the request
     /// on the server (`notifications/cancelled`, rmcp's drop guard).
+    ///
+    /// `_slot` is one of the server's `max_concurrency` slots, from
+    /// [`Self::slot`]: the caller waits for it apart, so that a call that
+    /// never got one says so (`TOO_MANY_CALLS`) rather than "did not answer".
     pub(crate) async fn call(
         &self,
+        _slot: Option<tokio::sync::SemaphorePermit<'_>>,
         tool: &str,
         arguments: serde_json::Map<String, Json>,
     ) -> Result<Json, CallError> {
-        let _slot = match &self.slots {
-            Some(s) => Some(s.acquire().await.map_err(|_| self.unavailable())?),
-            None => None,
-        };
         let peer = self
             .peer
             .read()

@@ -217,6 +217,7 @@ fixtures! {
     exec_cwd_not_a_directory,
     exec_nul_bytes,
     exec_env_values_must_be_strings,
+    exec_inherit_env_and_url_secrets,
     // MCP servers.
     mcp_server_valid,
     mcp_server_transport_errors,

@@ -292,3 +292,97 @@ async fn call_exits_2_when_no_call_can_be_made() {
     assert_eq!(out.code, 2);
     run.stop().await;
 }
+
+/// Issue 48: `call` sends the operator's arguments to the callback URL the
+/// process on the admin port reports. With `[admin] token_file` set, it
+/// first checks that process knows the identity token the daemon wrote
+/// there (readable only by its user), and refuses an impostor, sending it
+/// nothing; without one it says it did not check.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_checks_that_the_admin_port_is_the_sidecar_of_its_config() {
+    use axum::Router;
+    use axum::routing::get;
+    use neko_sidecar::registration::ToolState;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    let h = dev_server().await;
+    let ws = Workspace::new();
+    greet(&ws);
+    let token = ws.root.join("admin.token");
+    let path = ws.admin_config(&h.url(), "127.0.0.1:0");
+    let plain = std::fs::read_to_string(&path).unwrap();
+    let plain_path = ws.root.join("plain.toml");
+    std::fs::write(&plain_path, &plain).unwrap();
+    std::fs::write(
+        &path,
+        plain.replace(
+            "[admin]\n",
+            &format!("[admin]\ntoken_file = {:?}\n", token.display().to_string()),
+        ),
+    )
+    .unwrap();
+    // The daemon's own wiring writes the token file.
+    let (cfg, _) = neko_sidecar::config::load(&path);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let daemon = neko_sidecar::daemon::start(
+        cfg.unwrap(),
+        neko_sidecar::daemon::DaemonOptions::default(),
+        shutdown.clone(),
+    )
+    .await
+    .unwrap();
+    let addr = neko_sidecar::admin::start_for(&daemon, &shutdown)
+        .await
+        .unwrap()
+        .to_string();
+    crate::support::wait_status(&daemon.registration, "greet registered", |s| {
+        s.state("greet") == Some(&ToolState::Registered)
+    })
+    .await;
+    let mode = std::fs::metadata(&token).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let config = path.display().to_string();
+    let args = ["call", "greet", "--args", r#"{"name": "Ada"}"#];
+
+    let out = sidecar(&[&args[..], &["--config", &config, "--admin", &addr]].concat()).await;
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(!out.stderr.contains("not checked"), "{}", out.stderr);
+
+    // An impostor that serves the real `/status` (so the real callback
+    // URLs) but cannot prove it knows the token: nothing is sent.
+    let status = reqwest::get(format!("http://{addr}/status"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let impostor = Router::new()
+        .route("/status", get(move || async move { status }))
+        .route(
+            "/identity",
+            get(|| async { axum::Json(serde_json::json!({"proof": "00"})) }),
+        );
+    let impostor = crate::support::serve_http(impostor).await.to_string();
+    let calls = daemon.callback.stats().tools["greet"].calls;
+    let out = sidecar(&[&args[..], &["--config", &config, "--admin", &impostor]].concat()).await;
+    assert_eq!(out.code, 2, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "the process answering at http://{impostor} is not the sidecar of {config}"
+        )),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(daemon.callback.stats().tools["greet"].calls, calls);
+
+    // Without a token file: called, and said so.
+    let plain = plain_path.display().to_string();
+    let out = sidecar(&[&args[..], &["--config", &plain, "--admin", &addr]].concat()).await;
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains("not checked"), "{}", out.stderr);
+
+    shutdown.cancel();
+    daemon.wait().await;
+    assert!(!token.exists(), "the token file is removed at stop");
+}

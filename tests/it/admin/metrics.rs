@@ -411,6 +411,7 @@ async fn the_scrape_is_valid_and_has_every_listed_series() {
         "body_too_large",
         "unknown_token",
         "unknown_tool",
+        "busy",
     ] {
         assert_eq!(
             p.must(
@@ -420,6 +421,17 @@ async fn the_scrape_is_valid_and_has_every_listed_series() {
             0.0
         );
     }
+    for reason in ["lingering", "no_valid_request", "idle"] {
+        assert_eq!(
+            p.must(
+                "neko_sidecar_callback_connections_closed_to_make_room_total",
+                &[("reason", reason)]
+            ),
+            0.0
+        );
+    }
+    assert_eq!(p.must("neko_sidecar_callback_connection_waits_total", &[]), 0.0);
+    assert!(p.must("neko_sidecar_callback_connections", &[]) >= 0.0);
     assert_eq!(p.must("neko_sidecar_manifest_files", &[]), 1.0);
     assert_eq!(p.must("neko_sidecar_manifest_files_in_error", &[]), 0.0);
     assert_eq!(p.must("neko_sidecar_desired_tools", &[]), 1.0);

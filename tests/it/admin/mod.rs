@@ -3,6 +3,7 @@
 
 mod cli;
 mod inspector;
+mod local_attacks;
 mod logs;
 mod metrics;
 mod readyz;

@@ -250,3 +250,49 @@ async fn a_failing_handler_whose_background_job_holds_stdout_reports_its_exit() 
     answered_promptly_and_job_gone(took, bg).await;
     assert_eq!(sc.handle.stats().tools["t"].count(Outcome::HandlerExit), 1);
 }
+
+/// Issue 48: exec handlers inherit the sidecar's whole environment (the
+/// variables README tells users to keep MCP keys in among them) unless
+/// their manifest says `inherit_env = false` (only their `env`) or names
+/// the variables to pass on. The child's own environment is what counts:
+/// it is read by the handler (`export -p`, a builtin, as `false` leaves
+/// no PATH to find `env` on).
+#[tokio::test]
+async fn inherit_env_gives_the_handler_only_what_its_manifest_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = script(dir.path(), "env.sh", r#"printf '%s' "$(export -p)""#);
+    let names = |inherit: &str| {
+        let toml = script_tool("e", &s, "").replace(
+            "] }",
+            &format!("], env = {{ GREETING = \"hello\" }}, inherit_env = {inherit} }}"),
+        );
+        let dir = dir.path().to_path_buf();
+        async move {
+            let sc = Sidecar::start(&state(&dir, &toml)).await;
+            let out = success(&sc.call("e", json!({})).await);
+            let mut names: Vec<String> = out
+                .as_str()
+                .unwrap()
+                .lines()
+                .filter_map(|l| l.strip_prefix("export "))
+                .map(|l| l.split('=').next().unwrap().to_string())
+                // What the shell sets itself.
+                .filter(|n| !["PWD", "OLDPWD", "SHLVL", "_"].contains(&n.as_str()))
+                .collect();
+            names.sort();
+            names
+        }
+    };
+    assert_eq!(
+        names("false").await,
+        ["GREETING", "NEKO_CALL_ID", "NEKO_TOOL_NAME"]
+    );
+    assert_eq!(
+        names(r#"["PATH", "NO_SUCH_VARIABLE_48"]"#).await,
+        ["GREETING", "NEKO_CALL_ID", "NEKO_TOOL_NAME", "PATH"]
+    );
+    // The default: the sidecar's environment (this test process's).
+    let all = names("true").await;
+    assert!(all.contains(&"PATH".to_string()), "{all:?}");
+    assert!(all.len() > 4, "{all:?}");
+}

@@ -6,6 +6,7 @@ mod examples;
 #[cfg(target_os = "linux")]
 mod exec;
 mod http;
+mod local_attacks;
 mod server;
 mod tree;
 mod wire;

@@ -172,3 +172,36 @@ async fn a_hanging_call_times_out_at_its_deadline_and_is_cancelled_on_the_server
     assert_eq!(pid_by_tool(&rig.h, "dev_").await, pid);
     assert_eq!(rig.status("dev").restarts, 0);
 }
+
+/// Issue 48: a call that waited for one of the server's `max_concurrency`
+/// slots most of its time and then ran out of it read "the handler did not
+/// answer within 0.9 s" (`TOOL_TIMEOUT`), though its handler had had a
+/// few milliseconds: it now says it waited for a slot (`TOO_MANY_CALLS`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_waited_for_a_server_slot_says_so() {
+    let rig = dev("timeout_seconds = 1\nmax_concurrency = 1").await;
+    pid_by_tool(&rig.h, "dev_").await;
+    // The first call holds the one slot until its deadline; the second is
+    // sent once the first holds it, and gets it a moment before its own.
+    let first = rig.call("dev_hang", json!({}));
+    let second = async {
+        eventually("the hanging call to arrive", || async {
+            // It takes the free slot in the same step as it is counted.
+            let stats = rig.daemon.daemon().callback.stats();
+            match stats.tools.get("dev_hang").map(|t| t.in_flight) {
+                Some(n) if n >= 1 => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        rig.call("dev_hang", json!({})).await
+    };
+    let (first, second) = tokio::join!(first, second);
+    assert_eq!(first.output["code"], "TOOL_TIMEOUT", "{}", first.model_text);
+    assert_eq!(second.output["code"], "TOO_MANY_CALLS", "{}", second.model_text);
+    let text = &second.model_text;
+    assert!(
+        text.contains("too many concurrent calls of the MCP server `dev` (at most 1 at a time): this call waited"),
+        "{text}"
+    );
+}

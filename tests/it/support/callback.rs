@@ -29,6 +29,7 @@ pub fn settings() -> CallbackSettings {
         read_timeout: Duration::from_secs(10),
         idle_timeout: Duration::from_secs(60),
         max_connections: 1024,
+        max_body_memory: 64 << 20,
     }
 }
 
