@@ -26,6 +26,7 @@ mod demo;
 mod devserver;
 mod engine;
 mod fuzz_regressions;
+mod hostile;
 mod mcp;
 #[cfg(unix)]
 mod model_reads;
