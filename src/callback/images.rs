@@ -460,7 +460,7 @@ mod tests {
         // One pixel row over the repair budget is enough to be refused
         // (within it, a picture is scaled: the test above).
         let over = decompression_bomb(Format::Jpeg, 4073, 4073);
-        assert!(4073 * 4073 > MAX_REPAIR_PIXELS && 4073 * 4072 <= MAX_REPAIR_PIXELS);
+        const { assert!(4073 * 4073 > MAX_REPAIR_PIXELS && 4073 * 4072 <= MAX_REPAIR_PIXELS) };
         let mut e = envelope(json!(1), json!([{"data_b64": rules::encode_b64(&over)}]));
         let report = deliver(&mut e);
         assert!(
