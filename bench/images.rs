@@ -101,7 +101,7 @@ fn photo_png() -> Vec<u8> {
 }
 
 fn pixels(png: &[u8]) -> String {
-    let img = Picture::decode(png, Format::Png).expect("decoding the PNG");
+    let img = Picture::decode(png, Format::Png, u64::MAX).expect("decoding the PNG");
     format!("{}x{}", img.width(), img.height())
 }
 

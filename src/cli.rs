@@ -187,4 +187,8 @@ pub struct DevMcpArgs {
     /// stdio, no connection taken over HTTP), as a server that starts slowly.
     #[arg(long, value_name = "MS")]
     pub first_answer_delay_ms: Option<u64>,
+    /// Misbehave as a hostile server does, for tests and benchmarks of the
+    /// sidecar's budgets (bounded: each ends on its own).
+    #[arg(long, value_name = "NAME")]
+    pub fault: Option<crate::devmcp::Fault>,
 }

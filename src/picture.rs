@@ -22,9 +22,13 @@ pub enum Format {
     Jpeg,
 }
 
-/// The most a decode may allocate: `image`'s default limit, far above the
-/// 3840x2160 main_server takes (checked from the header before decoding).
+/// The most a PNG decode may allocate besides the picture itself (its
+/// metadata chunks, the decompressor's window): `image`'s default limit.
+/// The picture's own size is bounded by the caller's pixel budget, checked
+/// from the header before anything is allocated (`decode`).
 const MAX_ALLOC: usize = 512 * 1024 * 1024;
+/// The most bytes one pixel takes while a PNG decodes (16-bit RGBA).
+const PNG_BYTES_PER_PIXEL: u64 = 8;
 
 /// A decoded picture: 8 bits a sample, 1 (grey), 2 (grey and alpha), 3
 /// (RGB) or 4 (RGBA) samples a pixel, rows top to bottom.
@@ -46,18 +50,25 @@ impl std::fmt::Debug for Picture {
     }
 }
 
+/// The most scans a progressive JPEG may have: each one passes over the
+/// whole picture again, so this (zune-jpeg's own default, named here so
+/// it is ours) and the pixel budget bound a decode's time.
+const MAX_JPEG_SCANS: usize = 100;
+
 /// The JPEG decoder's options as `image` sets them: lenient (a JPEG cut
-/// short decodes, grey where data is missing), no size limit of its own.
+/// short decodes, grey where data is missing), no size limit of its own
+/// (`decode` sets the one the header was checked against).
 fn jpeg_options() -> DecoderOptions {
     DecoderOptions::default()
         .set_strict_mode(false)
         .set_max_width(usize::MAX)
         .set_max_height(usize::MAX)
+        .jpeg_set_max_scans(MAX_JPEG_SCANS)
 }
 
-fn png_decoder(bytes: &[u8]) -> png::Decoder<Cursor<&[u8]>> {
+fn png_decoder(bytes: &[u8], limit: usize) -> png::Decoder<Cursor<&[u8]>> {
     let mut decoder =
-        png::Decoder::new_with_limits(Cursor::new(bytes), png::Limits { bytes: MAX_ALLOC });
+        png::Decoder::new_with_limits(Cursor::new(bytes), png::Limits { bytes: limit });
     // 16-bit samples become 8-bit and palettes and low bit depths expand:
     // everything downstream is 8-bit RGB(A) or grey.
     decoder.set_transformations(png::Transformations::normalize_to_color8());
@@ -107,7 +118,7 @@ impl Picture {
     pub fn dimensions(bytes: &[u8], format: Format) -> Result<(u32, u32), String> {
         match format {
             Format::Png => {
-                let mut decoder = png_decoder(bytes);
+                let mut decoder = png_decoder(bytes, MAX_ALLOC);
                 let info = decoder.read_header_info().map_err(|e| e.to_string())?;
                 Ok((info.width, info.height))
             }
@@ -122,11 +133,21 @@ impl Picture {
         }
     }
 
-    /// Decodes the whole picture.
-    pub fn decode(bytes: &[u8], format: Format) -> Result<Picture, String> {
+    /// Decodes the whole picture, if its header says it has at most
+    /// `max_pixels` pixels: the size is read from the header first, so a
+    /// picture of a few hundred bytes that claims 65500x65500 pixels (a
+    /// decompression bomb) is refused before anything is allocated for it.
+    pub fn decode(bytes: &[u8], format: Format, max_pixels: u64) -> Result<Picture, String> {
+        let (w, h) = Picture::dimensions(bytes, format)?;
+        let pixels = u64::from(w) * u64::from(h);
+        if pixels > max_pixels {
+            return Err(format!(
+                "it is {w}x{h} pixels ({pixels}), more than the {max_pixels} a picture may have to be decoded"
+            ));
+        }
         match format {
-            Format::Png => decode_png(bytes),
-            Format::Jpeg => decode_jpeg(bytes),
+            Format::Png => decode_png(bytes, pixels),
+            Format::Jpeg => decode_jpeg(bytes, w, h),
         }
     }
 
@@ -273,8 +294,15 @@ fn taps(from: usize, to: usize) -> Vec<(usize, Vec<f32>)> {
         .collect()
 }
 
-fn decode_png(bytes: &[u8]) -> Result<Picture, String> {
-    let mut reader = png_decoder(bytes).read_info().map_err(|e| e.to_string())?;
+fn decode_png(bytes: &[u8], pixels: u64) -> Result<Picture, String> {
+    // The picture at its widest samples, plus the decoder's own needs: the
+    // header's size was checked, and this keeps the decoder to it.
+    let limit = usize::try_from(pixels.saturating_mul(PNG_BYTES_PER_PIXEL))
+        .unwrap_or(usize::MAX)
+        .saturating_add(MAX_ALLOC);
+    let mut reader = png_decoder(bytes, limit)
+        .read_info()
+        .map_err(|e| e.to_string())?;
     let size = reader
         .output_buffer_size()
         .ok_or("the picture is too large to hold in memory")?;
@@ -306,8 +334,13 @@ fn decode_png(bytes: &[u8]) -> Result<Picture, String> {
     })
 }
 
-fn decode_jpeg(bytes: &[u8]) -> Result<Picture, String> {
-    let mut decoder = zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(bytes), jpeg_options());
+fn decode_jpeg(bytes: &[u8], w: u32, h: u32) -> Result<Picture, String> {
+    // The decoder itself refuses a frame larger than the header read
+    // before (a second frame header cannot grow the picture).
+    let options = jpeg_options()
+        .set_max_width(w as usize)
+        .set_max_height(h as usize);
+    let mut decoder = zune_jpeg::JpegDecoder::new_with_options(ZCursor::new(bytes), options);
     decoder.decode_headers().map_err(|e| e.to_string())?;
     let (width, height) = decoder.dimensions().ok_or("no frame header")?;
     // Grey stays grey; anything else (YCbCr, CMYK, YCCK) becomes RGB.
@@ -315,7 +348,7 @@ fn decode_jpeg(bytes: &[u8]) -> Result<Picture, String> {
         Some(ColorSpace::Luma | ColorSpace::LumaA) => (ColorSpace::Luma, 1),
         _ => (ColorSpace::RGB, 3),
     };
-    decoder.set_options(jpeg_options().jpeg_set_out_colorspace(space));
+    decoder.set_options(options.jpeg_set_out_colorspace(space));
     let samples = decoder.decode().map_err(|e| e.to_string())?;
     if samples.len() != width * height * channels {
         return Err(format!(
@@ -344,7 +377,7 @@ mod tests {
         let p = gradient(33, 17);
         let png = p.to_png().unwrap();
         assert_eq!(Picture::dimensions(&png, Format::Png).unwrap(), (33, 17));
-        assert_eq!(Picture::decode(&png, Format::Png).unwrap(), p);
+        assert_eq!(Picture::decode(&png, Format::Png, 33 * 17).unwrap(), p);
     }
 
     #[test]
@@ -352,7 +385,7 @@ mod tests {
         let p = gradient(40, 24);
         let jpeg = p.to_jpeg(95).unwrap();
         assert_eq!(Picture::dimensions(&jpeg, Format::Jpeg).unwrap(), (40, 24));
-        let back = Picture::decode(&jpeg, Format::Jpeg).unwrap();
+        let back = Picture::decode(&jpeg, Format::Jpeg, 40 * 24).unwrap();
         assert!(back.has_color());
         let worst = back
             .to_rgb()
@@ -369,7 +402,7 @@ mod tests {
             channels: 2,
             samples: (0..128).map(|i| i as u8).collect(),
         };
-        let back = Picture::decode(&grey.to_jpeg(90).unwrap(), Format::Jpeg).unwrap();
+        let back = Picture::decode(&grey.to_jpeg(90).unwrap(), Format::Jpeg, 64).unwrap();
         assert!(!back.has_color(), "a grey picture is encoded as grey");
     }
 
@@ -397,7 +430,7 @@ mod tests {
             let mut w = enc.write_header().unwrap();
             w.write_image_data(&data).unwrap();
             w.finish().unwrap();
-            let p = Picture::decode(&out, Format::Png).unwrap();
+            let p = Picture::decode(&out, Format::Png, 4).unwrap();
             assert_eq!((p.width(), p.height(), p.channels), (2, 2, 3));
             let rgb = p.to_rgb();
             if color == png::ColorType::Indexed {
@@ -434,13 +467,28 @@ mod tests {
     }
 
     #[test]
+    fn a_picture_over_the_budget_is_refused_from_its_header() {
+        let p = gradient(40, 24);
+        for (bytes, format) in [
+            (p.to_png().unwrap(), Format::Png),
+            (p.to_jpeg(90).unwrap(), Format::Jpeg),
+        ] {
+            assert!(Picture::decode(&bytes, format, 40 * 24).is_ok());
+            assert_eq!(
+                Picture::decode(&bytes, format, 40 * 24 - 1).unwrap_err(),
+                "it is 40x24 pixels (960), more than the 959 a picture may have to be decoded"
+            );
+        }
+    }
+
+    #[test]
     fn garbage_is_an_error_not_a_panic() {
         for bytes in [
             &b"\x89PNG\r\n\x1a\nxx"[..],
             &[0xff, 0xd8, 0xff, 0xe0, 0, 2][..],
         ] {
             for f in [Format::Png, Format::Jpeg] {
-                assert!(Picture::decode(bytes, f).is_err());
+                assert!(Picture::decode(bytes, f, 1 << 20).is_err());
             }
         }
     }

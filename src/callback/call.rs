@@ -1,6 +1,7 @@
 //! One call of one tool, from the callback body to the envelope: read the
 //! body, check the arguments, wait for a slot, run the handler within the
 //! deadline, normalise its answer, check its images (on the blocking pool,
+//! at most [`IMAGE_CHECKS`] answers at a time, within the same deadline,
 //! and only when it has any), count the outcome.
 //!
 //! Every path ends in an envelope; nothing here writes an HTTP response or
@@ -9,6 +10,7 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use super::envelope::{Envelope, normalise};
@@ -18,6 +20,13 @@ use super::limits::call_budget;
 use super::routes::Route;
 use super::stats::Outcome;
 use super::validate::{check_arguments, parse_request};
+
+/// How many answers' images are checked at once. A check may decode and
+/// scale a picture of up to `MAX_REPAIR_PIXELS` (about 250 MB for the
+/// largest), so this bounds the memory of a burst of answers with large
+/// pictures; the others wait, within their deadline.
+const IMAGE_CHECKS: usize = 2;
+static IMAGE_CHECK_SLOTS: Semaphore = Semaphore::const_new(IMAGE_CHECKS);
 
 const SHUTTING_DOWN: &str =
     "the sidecar is shutting down and takes no new calls; try again shortly";
@@ -33,9 +42,10 @@ pub(crate) async fn answer(
 ) -> Envelope {
     let record = route.stats.begin_at(arrived);
     let spec = &route.spec;
-    let (mut reply, outcome, call_id) = run(ctx, &route, body, arrived, draining).await;
+    let deadline = arrived + call_budget(spec.timeout());
+    let (mut reply, outcome, call_id) = run(ctx, &route, body, deadline, draining).await;
     if reply.images.is_some() {
-        reply = check_images(reply, &route, &call_id).await;
+        reply = check_images(reply, &route, &call_id, deadline).await;
     }
     // The clock is read only when a line is written (the fields of a
     // disabled level are not evaluated).
@@ -61,20 +71,51 @@ pub(crate) async fn answer(
 }
 
 /// Checks, repairs or refuses the images of an answer (`images`), off the
-/// runtime's one thread, and logs and counts what was done.
-async fn check_images(mut reply: Envelope, route: &Route, call_id: &str) -> Envelope {
-    let checked = tokio::task::spawn_blocking(move || {
-        let report = images::deliver(&mut reply);
-        (reply, report)
-    })
-    .await;
-    let Ok((reply, report)) = checked else {
-        return Envelope::failure(
-            Outcome::HandlerFailed.code(),
-            "the sidecar failed while checking the images of the answer (a bug in the sidecar)",
-        );
-    };
+/// runtime's one thread and by `deadline`, and logs and counts what was
+/// done. Past the deadline the answer goes without its images, the model
+/// reading why: main_server would have stopped waiting for it.
+async fn check_images(
+    mut reply: Envelope,
+    route: &Route,
+    call_id: &str,
+    deadline: Instant,
+) -> Envelope {
     let tool = &route.spec.name;
+    // What goes if the check does not end in time: the answer without its
+    // images (only an answer with images pays for this copy).
+    let images = reply.images.take();
+    let mut fallback = reply.clone();
+    reply.images = images;
+    let work = async move {
+        let permit = IMAGE_CHECK_SLOTS.acquire().await;
+        tokio::task::spawn_blocking(move || {
+            // Held until the check ends, even when nobody waits for it any
+            // more: the memory it holds is what the slots bound.
+            let _permit = permit;
+            let report = images::deliver(&mut reply);
+            (reply, report)
+        })
+        .await
+    };
+    let (reply, report) = match tokio::time::timeout_at(deadline, work).await {
+        Ok(Ok(checked)) => checked,
+        Ok(Err(_)) => {
+            return Envelope::failure(
+                Outcome::HandlerFailed.code(),
+                "the sidecar failed while checking the images of the answer (a bug in the sidecar)",
+            );
+        }
+        Err(_) => {
+            let why = format!(
+                "the tool's images were not attached: checking them did not end within the call's {}",
+                seconds(call_budget(route.spec.timeout()))
+            );
+            tracing::warn!(tool = %tool, call_id, "{why}");
+            route.stats.count_images(0, 1);
+            images::refuse_all(&mut fallback, why);
+            return fallback;
+        }
+    };
     for note in &report.repaired {
         tracing::info!(tool = %tool, call_id, repair = %note, "image repaired: main_server would have refused it");
     }
@@ -91,7 +132,7 @@ async fn run(
     ctx: &HandlerContext,
     route: &Route,
     body: Bytes,
-    arrived: Instant,
+    deadline: Instant,
     draining: bool,
 ) -> (Envelope, Outcome, String) {
     let spec = &route.spec;
@@ -113,7 +154,6 @@ async fn run(
         }
     }
     let budget = call_budget(spec.timeout());
-    let deadline = arrived + budget;
     // A free slot (always, for a tool without a limit) is taken at once;
     // waiting for one is timed, so that a call that did not get one in
     // time, or too late to answer, says so.

@@ -26,7 +26,10 @@ use serde_json::{Value as Json, json};
 
 use super::envelope::Envelope;
 use crate::contract::answer::insert_into_output;
-use crate::contract::images::{self as rules, Flaw, MAX_B64_BYTES, MAX_IMAGES, MAX_PIXELS};
+use crate::contract::images::{
+    self as rules, Flaw, MAX_B64_BYTES, MAX_IMAGES, MAX_PIXELS, MAX_REPAIR_PIXELS,
+    REPAIR_PIXEL_MULTIPLE,
+};
 use crate::picture::{Format, Picture};
 
 /// What was done to the images of one answer, for the log and `/metrics`.
@@ -93,6 +96,13 @@ pub fn deliver(envelope: &mut Envelope) -> ImageReport {
     envelope.images = Some(Json::Array(sent));
     envelope.image_repairs.clone_from(&report.repaired);
     report
+}
+
+/// Sends `envelope` without its images, the model reading `why` (the
+/// check of its images did not end in time).
+pub(crate) fn refuse_all(envelope: &mut Envelope, why: String) {
+    envelope.images = None;
+    warn_model(&mut envelope.output, &[why]);
 }
 
 /// Replaces every string in `output` that repeats the data of an
@@ -241,7 +251,16 @@ fn reencode(bytes: &[u8]) -> Result<(String, Format, String), String> {
             format!(", and it is {name}, which main_server does not take")
         }));
     };
-    let picture = Picture::decode(bytes, format)
+    // The size from the header, before anything is decoded: a picture of
+    // a few hundred bytes may claim billions of pixels.
+    let (w, h) = Picture::dimensions(bytes, format)
+        .map_err(|e| format!(", and it does not decode at all ({e})"))?;
+    if u64::from(w) * u64::from(h) > MAX_REPAIR_PIXELS {
+        return Err(format!(
+            ", and it is too large to scale down: the sidecar decodes pictures of at most {MAX_REPAIR_PIXELS} pixels ({REPAIR_PIXEL_MULTIPLE} times main_server's 3840x2160), and its header says {w}x{h}"
+        ));
+    }
+    let picture = Picture::decode(bytes, format, MAX_REPAIR_PIXELS)
         .map_err(|e| format!(", and it does not decode at all ({e})"))?;
     let picture = within_pixel_cap(picture);
     let (w, h) = (picture.width(), picture.height());
@@ -370,8 +389,10 @@ mod tests {
         assert_eq!(sent["vision_prompt"], "look");
         assert!(rules::judge(&Json::Object(sent.clone())).is_ok());
         let bytes = rules::decode_b64_leniently(sent["data_b64"].as_str().unwrap()).unwrap();
-        let pixels = Picture::decode(&bytes, Format::Png).unwrap().to_rgb();
-        let want = Picture::decode(&sample_png(8, 6), Format::Png)
+        let pixels = Picture::decode(&bytes, Format::Png, MAX_PIXELS)
+            .unwrap()
+            .to_rgb();
+        let want = Picture::decode(&sample_png(8, 6), Format::Png, MAX_PIXELS)
             .unwrap()
             .to_rgb();
         assert_eq!(pixels, want, "the same picture");
@@ -414,6 +435,38 @@ mod tests {
         let sent = Json::Object(entries(&e)[0].clone());
         let accepted = rules::judge(&sent).unwrap();
         assert!(u64::from(accepted.width) * u64::from(accepted.height) <= MAX_PIXELS);
+    }
+
+    #[test]
+    fn a_decompression_bomb_is_refused_from_its_header_without_decoding() {
+        use crate::contract::images::decompression_bomb;
+        for format in [Format::Jpeg, Format::Png] {
+            let bomb = decompression_bomb(format, 65500, 65500);
+            assert!(bomb.len() < 1024, "a bomb is small: {} bytes", bomb.len());
+            assert_eq!(Picture::dimensions(&bomb, format).unwrap(), (65500, 65500));
+            let mut e = envelope(
+                json!("see"),
+                json!([{"data_b64": rules::encode_b64(&bomb)}]),
+            );
+            let report = deliver(&mut e);
+            assert!(report.repaired.is_empty(), "{report:?}");
+            assert_eq!(report.refused.len(), 1, "{report:?}");
+            assert_eq!(
+                report.refused[0],
+                "image #0 was not attached: it is 65500x65500 pixels, more than the 3840x2160 main_server takes, and it is too large to scale down: the sidecar decodes pictures of at most 16588800 pixels (2 times main_server's 3840x2160), and its header says 65500x65500"
+            );
+            assert_eq!(e.output["_image_warnings"][0], report.refused[0]);
+        }
+        // One pixel row over the repair budget is enough to be refused
+        // (within it, a picture is scaled: the test above).
+        let over = decompression_bomb(Format::Jpeg, 4073, 4073);
+        const { assert!(4073 * 4073 > MAX_REPAIR_PIXELS && 4073 * 4072 <= MAX_REPAIR_PIXELS) };
+        let mut e = envelope(json!(1), json!([{"data_b64": rules::encode_b64(&over)}]));
+        let report = deliver(&mut e);
+        assert!(
+            report.refused[0].ends_with("its header says 4073x4073"),
+            "{report:?}"
+        );
     }
 
     #[test]

@@ -27,6 +27,14 @@ pub(crate) const MAX_IMAGES: usize = 2;
 pub(crate) const MAX_B64_BYTES: usize = 2 * 1024 * 1024;
 /// The largest image accepted, in pixels (3840 x 2160).
 pub(crate) const MAX_PIXELS: u64 = 3840 * 2160;
+/// How many times [`MAX_PIXELS`] a picture the sidecar scales down to fit
+/// may have: a 12-megapixel phone photo is repaired, a header claiming
+/// 65500x65500 (a decompression bomb of a few hundred bytes) is refused
+/// before anything is decoded. Decoding such a picture and scaling it
+/// takes about 250 MB at most (BENCHMARKS.md, "Hostile input").
+pub const REPAIR_PIXEL_MULTIPLE: u64 = 2;
+/// The most pixels a picture the sidecar decodes may have (16,588,800).
+pub const MAX_REPAIR_PIXELS: u64 = REPAIR_PIXEL_MULTIPLE * MAX_PIXELS;
 /// Above this much base64, main_server re-encodes an image as JPEG to fit
 /// its delivery budget (and drops it when no step of its ladder fits).
 pub(crate) const DELIVER_MAX_B64: usize = 500 * 1024;
@@ -255,8 +263,8 @@ pub(crate) fn judge_bytes(bytes: &[u8]) -> Result<(Format, u32, u32, Picture), F
     if width == 0 || height == 0 || u64::from(width) * u64::from(height) > MAX_PIXELS {
         return Err(Flaw::TooManyPixels { width, height });
     }
-    let picture =
-        Picture::decode(bytes, format).map_err(|e| broken(format!("does not decode ({e})")))?;
+    let picture = Picture::decode(bytes, format, MAX_PIXELS)
+        .map_err(|e| broken(format!("does not decode ({e})")))?;
     Ok((format, width, height, picture))
 }
 
@@ -524,6 +532,55 @@ pub fn sample_png(w: u32, h: u32) -> Vec<u8> {
         .unwrap_or_default()
 }
 
+/// A decompression bomb: a valid `format` picture of a few hundred bytes
+/// whose header claims `w` x `h` pixels (a JPEG's data covers one 16x16
+/// block, a lenient decoder fills the rest; a PNG's one compressed row of
+/// zeros, the rest missing). For tests and the stand-in MCP server.
+pub fn decompression_bomb(format: Format, w: u16, h: u16) -> Vec<u8> {
+    let small = Picture::from_fn(16, 16, |x, y| [x as u8 * 9, y as u8 * 9, 90]);
+    match format {
+        Format::Jpeg => {
+            let mut jpeg = small.to_jpeg(80).unwrap_or_default();
+            // The baseline frame header (SOF0, FF C0): length (2), sample
+            // precision (1), then the height and width as 16-bit numbers.
+            if let Some(at) = jpeg.windows(2).position(|m| m == [0xff, 0xc0]) {
+                jpeg[at + 5..at + 7].copy_from_slice(&h.to_be_bytes());
+                jpeg[at + 7..at + 9].copy_from_slice(&w.to_be_bytes());
+            }
+            jpeg
+        }
+        Format::Png => {
+            let mut png = PNG_MAGIC.to_vec();
+            let chunk = |out: &mut Vec<u8>, kind: &[u8; 4], data: &[u8]| {
+                let mut crc = crc32fast::Hasher::new();
+                crc.update(kind);
+                crc.update(data);
+                out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+                out.extend_from_slice(kind);
+                out.extend_from_slice(data);
+                out.extend_from_slice(&crc.finalize().to_be_bytes());
+            };
+            let mut ihdr = Vec::new();
+            ihdr.extend_from_slice(&u32::from(w).to_be_bytes());
+            ihdr.extend_from_slice(&u32::from(h).to_be_bytes());
+            // 8-bit RGB, deflate, adaptive filtering, no interlace.
+            ihdr.extend_from_slice(&[8, 2, 0, 0, 0]);
+            chunk(&mut png, b"IHDR", &ihdr);
+            // A stored (uncompressed) zlib stream of one filter byte and
+            // nothing more: the picture's data stops at once.
+            chunk(
+                &mut png,
+                b"IDAT",
+                &[
+                    0x78, 0x01, 0x01, 0x01, 0x00, 0xfe, 0xff, 0x00, 0x00, 0x01, 0x00, 0x01,
+                ],
+            );
+            chunk(&mut png, b"IEND", &[]);
+            png
+        }
+    }
+}
+
 /// `png` with a `chunk` (4-letter type, data) put right after its `IHDR`,
 /// its CRC right or, with `bad_crc`, off by one: what an editor that
 /// rewrites metadata leaves behind. For tests and examples.
@@ -571,7 +628,7 @@ mod tests {
     }
 
     fn jpeg(w: u32, h: u32) -> Vec<u8> {
-        let png = Picture::decode(&sample_png(w, h), Format::Png).unwrap();
+        let png = Picture::decode(&sample_png(w, h), Format::Png, MAX_PIXELS).unwrap();
         encode_jpeg(&png, 90).unwrap()
     }
 
@@ -644,7 +701,7 @@ mod tests {
             assert!(judge(&entry(&good)).is_ok(), "a right {kind:?} CRC is fine");
             let bad = with_chunk(&png, kind, b"Comment\0edited", true);
             // The `png` crate skips such a chunk and decodes the picture...
-            assert!(Picture::decode(&bad, Format::Png).is_ok());
+            assert!(Picture::decode(&bad, Format::Png, MAX_PIXELS).is_ok());
             // ...Pillow does not, and neither does main_server.
             let flaw = judge(&entry(&bad)).unwrap_err();
             let name = String::from_utf8_lossy(kind).into_owned();

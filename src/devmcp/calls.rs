@@ -60,6 +60,14 @@ pub(crate) fn add(args: &JsonObject) -> CallToolResult {
 
 pub(crate) fn image(args: &JsonObject) -> CallToolResult {
     let flag = |k: &str| args.get(k).and_then(Value::as_bool) == Some(true);
+    if flag("bomb") {
+        // A hostile server's answer: a JPEG of a few hundred bytes whose
+        // header claims 65500x65500 pixels (12.9 GB decoded).
+        let bomb =
+            crate::contract::images::decompression_bomb(crate::picture::Format::Jpeg, 65500, 65500);
+        let picture = ContentBlock::image(STANDARD.encode(bomb), "image/jpeg");
+        return CallToolResult::success(vec![picture, ContentBlock::text("a very large picture")]);
+    }
     // A file read from disk is a picture of some size: its base64 repeated
     // as text would cost the model tens of KiB.
     let mut data = if flag("repeat_in_structured_content") {
@@ -212,7 +220,7 @@ mod tests {
             let img = c.as_image().expect("an image");
             assert_eq!(img.mime_type, "image/png");
             let bytes = STANDARD.decode(&img.data).expect("base64");
-            let decoded = Picture::decode(&bytes, crate::picture::Format::Png).expect("a PNG");
+            let decoded = Picture::decode(&bytes, crate::picture::Format::Png, 256).expect("a PNG");
             assert_eq!((decoded.width(), decoded.height()), (16, 16));
             data.push(img.data.clone());
         }

@@ -216,6 +216,20 @@ impl DevMcp {
     }
 }
 
+/// Sends [`super::FLOOD_PINGS`] pings to `peer` at once, each waiting at
+/// most a few seconds for its answer (`Fault::PingFlood`).
+fn flood_with_pings(peer: Peer<RoleServer>) {
+    for _ in 0..super::FLOOD_PINGS {
+        let peer = peer.clone();
+        tokio::spawn(async move {
+            let ping = peer.send_request(rmcp::model::ServerRequest::PingRequest(
+                rmcp::model::PingRequest::default(),
+            ));
+            let _ = tokio::time::timeout(Duration::from_secs(5), ping).await;
+        });
+    }
+}
+
 impl ServerHandler for DevMcp {
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder()
@@ -275,6 +289,9 @@ impl ServerHandler for DevMcp {
     ) -> Result<ListToolsResult, ErrorData> {
         self.refuse_modern_when_legacy(&context)?;
         self.count(|s| s.list_calls += 1);
+        if self.shared.opts.fault == Some(super::Fault::PingFlood) {
+            flood_with_pings(context.peer.clone());
+        }
         let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
         let (page, next) =
             tools::page(self.catalogue().tools(), cursor, self.shared.opts.page_size)?;

@@ -74,7 +74,24 @@ pub struct DevMcpOptions {
     /// front or reached by a name of its own (the tests of remote servers
     /// name it `mcp.test`); by default only loopback names are answered.
     pub any_host: bool,
+    /// Misbehave as a broken or hostile server does (issue 49's cases),
+    /// for the tests and benchmarks of the sidecar's budgets.
+    pub fault: Option<Fault>,
 }
+
+/// A hostile server's behaviour (`dev-mcp --fault NAME`). Each is bounded
+/// in count, so a test or benchmark that uses it ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Fault {
+    /// After each `tools/list`, send [`FLOOD_PINGS`] `ping` requests at
+    /// once; on the HTTP+SSE transport, also never answer a POST that
+    /// carries a reply (held until shutdown), as a server that sends its
+    /// own requests and stalls the replies.
+    PingFlood,
+}
+
+/// How many `ping` requests [`Fault::PingFlood`] sends after each listing.
+pub const FLOOD_PINGS: usize = 1000;
 
 /// Why serving ended other than by shutdown or the client leaving.
 #[derive(Debug, thiserror::Error)]

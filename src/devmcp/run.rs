@@ -27,6 +27,7 @@ pub(crate) async fn run_cli(args: DevMcpArgs) -> Result<(), DevMcpError> {
             .first_answer_delay_ms
             .map(std::time::Duration::from_millis),
         any_host: false,
+        fault: args.fault,
     };
     let shutdown = CancellationToken::new();
     let signals = cancel_on_signals(shutdown.clone())?;

@@ -197,6 +197,16 @@ async fn take_message(
                 .into_response();
         }
     };
+    let is_reply = matches!(
+        message,
+        rmcp::model::JsonRpcMessage::Response(_) | rmcp::model::JsonRpcMessage::Error(_)
+    );
+    if is_reply && served.server.options().fault == Some(super::Fault::PingFlood) {
+        // A server that stalls the client's replies: the POST is held
+        // until the server shuts down or the client goes away.
+        served.shutdown.cancelled().await;
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response();
+    }
     if session.send(message).await.is_err() {
         return (StatusCode::NOT_FOUND, "the session has ended").into_response();
     }

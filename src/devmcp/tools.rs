@@ -87,6 +87,8 @@ impl Catalogue {
                 json!({
                     "type": "object",
                     "properties": {
+                        "bomb": {"type": "boolean",
+                            "description": "Return instead a JPEG of a few hundred bytes whose header claims 65500x65500 pixels: a decompression bomb, as a hostile server would."},
                         "bad_crc": {"type": "boolean",
                             "description": "Give the PNG a tEXt chunk with a wrong CRC, as an editor that rewrites metadata can leave it: browsers show it, Pillow refuses it."},
                         "repeat_in_structured_content": {"type": "boolean",

@@ -40,6 +40,7 @@
 //! Nothing here starts a process or knows a URL: the caller opens and
 //! closes connections.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{ErrorCode, ProtocolVersion};
@@ -48,6 +49,8 @@ use rmcp::transport::streamable_http_client::StreamableHttpError;
 use rmcp::transport::{DynamicTransportError, IntoTransport};
 use rmcp::{ClientHandler, RoleClient};
 use tokio_util::sync::CancellationToken;
+
+use super::guard::{Guard, Guarded};
 
 /// What the session knows of the protocol generation its server speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -202,15 +205,18 @@ pub(crate) enum Handshake<H: ClientHandler, C> {
 
 /// The handshake with the server named `server`: each try on a connection of its own from
 /// `open` (a transport, and what `close` needs to end it), each with
-/// `budget`, until connected, refused, out of time, or `stop`. `known` is
+/// `budget`, until connected, refused, out of time, or `stop`; every
+/// transport wrapped to keep to `guard`. `known` is
 /// what the session knows of the server, updated with what was learnt;
 /// `close` returns how the connection ended, for the error ("" if
 /// nothing is worth saying).
+#[allow(clippy::too_many_arguments)] // reason: one try's inputs, each named where it is called
 pub(crate) async fn handshake<H, C, T, E, A, Open, OpenFut, Close, CloseFut>(
     server: &str,
     known: &mut Generation,
     budget: Duration,
     stop: &CancellationToken,
+    guard: &Arc<Guard>,
     handler: impl Fn() -> H,
     mut open: Open,
     mut close: Close,
@@ -232,6 +238,9 @@ where
             Ok(opened) => opened,
             Err(e) => return Handshake::Failed(with_earlier(earlier, e)),
         };
+        // Every transport keeps to the session's budget of the server's
+        // requests and the replies to them (`guard`).
+        let transport = Guarded::new(transport.into_transport(), guard.clone());
         let attempt = handler().serve_with_lifecycle(transport, tried.lifecycle());
         let answer = tokio::select! {
             () = stop.cancelled() => None,

@@ -14,6 +14,7 @@
 //! tool keeps its `Arc`.
 
 pub(crate) mod answer;
+mod guard;
 mod handshake;
 mod process;
 mod remote_http;

@@ -9,6 +9,11 @@
 //! request goes through here: a failure's whole chain, without the URL, is
 //! kept in [`LastFailure`] for `Session::connect_http`, and the error handed
 //! on has no URL.
+//!
+//! A reply or a notification of ours answered with an event stream
+//! (Streamable HTTP wants HTTP 202 for those) is taken as accepted and its
+//! stream closed at once: rmcp would read each such stream in a task of its
+//! own for as long as the server keeps it open (issue 49).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -64,6 +69,25 @@ impl RemoteHttp {
     }
 }
 
+/// `r`, with the event stream that answered a message other than a request
+/// closed and taken as accepted: only a request has anything to wait for.
+fn accepted_unless_request(
+    message_is_request: bool,
+    r: Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>>,
+) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
+    match r {
+        Ok(StreamableHttpPostResponse::Sse(stream, _)) if !message_is_request => {
+            drop(stream);
+            Ok(StreamableHttpPostResponse::Accepted)
+        }
+        other => other,
+    }
+}
+
+fn is_request(message: &ClientJsonRpcMessage) -> bool {
+    matches!(message, rmcp::model::JsonRpcMessage::Request(_))
+}
+
 impl StreamableHttpClient for RemoteHttp {
     type Error = reqwest::Error;
 
@@ -75,11 +99,12 @@ impl StreamableHttpClient for RemoteHttp {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
+        let request = is_request(&message);
         let r = self
             .http
             .post_message(uri, message, session_id, auth_header, custom_headers)
             .await;
-        self.kept(r)
+        accepted_unless_request(request, self.kept(r))
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -91,6 +116,7 @@ impl StreamableHttpClient for RemoteHttp {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
+        let request = is_request(&message);
         let r = self
             .http
             .post_message_with_max_sse_event_size(
@@ -102,7 +128,7 @@ impl StreamableHttpClient for RemoteHttp {
                 max_sse_event_size,
             )
             .await;
-        self.kept(r)
+        accepted_unless_request(request, self.kept(r))
     }
 
     async fn post_message_with_response_limits(
@@ -114,6 +140,7 @@ impl StreamableHttpClient for RemoteHttp {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
+        let request = is_request(&message);
         let r = self
             .http
             .post_message_with_response_limits(
@@ -125,7 +152,7 @@ impl StreamableHttpClient for RemoteHttp {
                 limits,
             )
             .await;
-        self.kept(r)
+        accepted_unless_request(request, self.kept(r))
     }
 
     async fn delete_session(

@@ -24,6 +24,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::guard::Guard;
 use super::handshake::{Generation, Handshake, handshake};
 use super::process::{self, ServerProcess};
 use super::remote_http::{LastFailure, RemoteHttp};
@@ -373,6 +374,8 @@ impl Session {
             changed: changed.clone(),
         };
         let budget = self.spec.startup_timeout();
+        // This session's budget of the server's requests and our replies.
+        let guard = Guard::new();
         // The end of the stdio server's stderr, for the reasons below.
         let tail = StderrTail::default();
         // A copy: the lock is not held across the handshake's awaits.
@@ -404,6 +407,7 @@ impl Session {
                         &mut known,
                         budget,
                         &self.stop,
+                        &guard,
                         handler,
                         open,
                         close,
@@ -430,7 +434,9 @@ impl Session {
                     options,
                 } => {
                     let ended = self
-                        .connect_http(url, headers, *kind, options, &mut known, budget, &handler)
+                        .connect_http(
+                            url, headers, *kind, options, &mut known, budget, &guard, &handler,
+                        )
                         .await;
                     *lock(&self.generation) = known;
                     match ended {
@@ -466,12 +472,22 @@ impl Session {
             _ => None,
         };
 
-        let mut relist_at = match self.list(&peer).await {
+        let listed = tokio::select! {
+            biased;
+            () = guard.tripped() => Err(String::new()),
+            listed = self.list(&peer) => listed,
+        };
+        let mut relist_at = match listed {
             Ok(at) => at,
             Err(e) => {
                 cancel.cancel();
                 self.finish(process.take(), &mut ended).await;
-                return Err(e);
+                // The budget's reason, when it ended the session, says
+                // more than the listing's "Transport close".
+                return Err(match guard.reason() {
+                    Some(why) => format!("the MCP server `{}`: {why}", self.spec.name),
+                    None => e,
+                });
             }
         };
         *self.peer.write().unwrap_or_else(|e| e.into_inner()) = Some(peer.clone());
@@ -512,8 +528,14 @@ impl Session {
                     return Ok(());
                 }
                 how = exited => break format!("the MCP server `{}` {how}{}", self.spec.name, tail.explain().await),
+                () = guard.tripped() => {
+                    break format!("the MCP server `{}`: {}", self.spec.name, guard.reason().unwrap_or_default());
+                }
                 _ = async { if let Some(e) = ended.as_mut() { e.await } else { std::future::pending().await } } => {
                     ended = None;
+                    if let Some(why) = guard.reason() {
+                        break format!("the MCP server `{}`: {why}", self.spec.name);
+                    }
                     break format!("the MCP server `{}` closed the session", self.spec.name);
                 }
                 () = self.broken.notified() => break format!("the session with the MCP server `{}` broke during a call", self.spec.name),
@@ -562,6 +584,7 @@ impl Session {
         options: &HttpOptions,
         known: &mut Generation,
         budget: Duration,
+        guard: &Arc<Guard>,
         handler: &impl Fn() -> Listener,
     ) -> Result<Option<RunningService<RoleClient, Listener>>, String> {
         let parsed = reqwest::Url::parse(url).map_err(|e| format!("the URL is not a URL: {e}"))?;
@@ -607,6 +630,7 @@ impl Session {
                 known,
                 budget,
                 &self.stop,
+                guard,
                 handler,
                 open,
                 close,
@@ -660,6 +684,7 @@ impl Session {
             &mut older,
             budget,
             &self.stop,
+            guard,
             handler,
             open,
             close,

@@ -27,6 +27,7 @@ mod devserver;
 mod editor_schemas;
 mod engine;
 mod fuzz_regressions;
+mod hostile;
 mod mcp;
 #[cfg(unix)]
 mod model_reads;

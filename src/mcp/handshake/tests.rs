@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::devmcp::{DevMcp, DevMcpOptions};
+use crate::mcp::guard::Guard;
 
 /// Longer than rmcp's fixed `server/discover` wait in `Auto` mode (10 s).
 const DELAY: Duration = Duration::from_secs(12);
@@ -74,6 +75,7 @@ async fn connect(known: &mut Generation, opts: DevMcpOptions, budget: Duration) 
         known,
         budget,
         &CancellationToken::new(),
+        &Guard::new(),
         || (),
         || {
             opened += 1;
@@ -208,6 +210,7 @@ async fn a_first_start_past_the_budget_is_followed_at_once_by_a_fresh_start_for_
         &mut known,
         budget,
         &CancellationToken::new(),
+        &Guard::new(),
         || (),
         || std::future::ready(Ok(start(starts.pop().expect("two starts at most")))),
         |stop: CancellationToken| {
@@ -241,6 +244,7 @@ async fn a_stop_during_the_wait_ends_the_handshake_and_closes_the_server() {
         &mut known,
         BUDGET,
         &stop,
+        &Guard::new(),
         || (),
         || {
             let (client, server_stop) = start(slow(false, DELAY));

@@ -60,9 +60,14 @@ pub struct SseMcp {
 
 impl SseMcp {
     pub async fn start(endpoint: SseEndpoint) -> Self {
+        Self::start_with(endpoint, DevMcpOptions::default()).await
+    }
+
+    /// The same, with `opts` (a fault mode, say).
+    pub async fn start_with(endpoint: SseEndpoint, opts: DevMcpOptions) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}{SSE_PATH}", listener.local_addr().unwrap());
-        let server = DevMcp::new(DevMcpOptions::default());
+        let server = DevMcp::new(opts);
         let stop = CancellationToken::new();
         tokio::spawn(server.clone().serve_sse(listener, endpoint, stop.clone()));
         Self { url, server, stop }
