@@ -250,6 +250,47 @@ pub(crate) async fn call(
     .into_response()
 }
 
+/// What the history route takes: the newest `seq` the reader has, to get
+/// only newer calls (0 or nothing: every call held).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallsRequest {
+    #[serde(default)]
+    since: u64,
+}
+
+/// `POST /ui/calls`: the call history, newest first, behind the same gate
+/// as the call route (it shows what the model sent and read). A POST, as
+/// browsers send `Origin` on every POST but not on a same-origin GET.
+pub(crate) async fn calls(
+    State(state): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(why) = check_caller(&headers, state.page_token.as_deref()) {
+        tracing::warn!("refused a call history request: {why}");
+        return refuse(StatusCode::FORBIDDEN, why.to_string());
+    }
+    let req: CallsRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        CallsRequest::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(r) => r,
+            Err(e) => {
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    format!("the history request is not {{\"since\": N}}: {e}"),
+                );
+            }
+        }
+    };
+    let view = match state.callbacks.history() {
+        Some(h) => h.view(req.since),
+        None => super::history::CallHistory::new(0).view(0),
+    };
+    ([(header::CACHE_CONTROL, "no-store")], axum::Json(view)).into_response()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

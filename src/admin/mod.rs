@@ -19,6 +19,7 @@
 
 mod call_cmd;
 mod client;
+pub mod history;
 mod inspector;
 mod metrics;
 mod page;

@@ -61,7 +61,7 @@ pub(crate) mod stats;
 pub mod validate;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -71,6 +71,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::admin::history::{CallHistory, Finished};
 use crate::config::{CallbackConfig, HandlersConfig};
 use crate::desired::DesiredState;
 use envelope::Envelope;
@@ -162,6 +163,8 @@ struct Shared {
     max_body_bytes: usize,
     /// The open connections and their bound.
     connections: Connections,
+    /// The call history every answered call goes into, once set.
+    history: OnceLock<Arc<CallHistory>>,
     /// The accept loop, every connection, and connections lingering.
     connection_tasks: TaskTracker,
 }
@@ -210,6 +213,7 @@ impl CallbackServer {
                 max_connections,
             }),
             connection_tasks: TaskTracker::new(),
+            history: OnceLock::new(),
         });
         shared
             .connection_tasks
@@ -265,6 +269,16 @@ impl CallbackHandle {
     /// Where calls of MCP tools go; set once, before any is routed.
     pub(crate) fn set_mcp(&self, servers: crate::mcp::McpServers) {
         let _ = self.shared.handlers.mcp.set(servers);
+    }
+
+    /// Where answered calls are recorded from now on; set once.
+    pub fn set_history(&self, history: Arc<CallHistory>) {
+        let _ = self.shared.history.set(history);
+    }
+
+    /// The call history, when one was set.
+    pub fn history(&self) -> Option<Arc<CallHistory>> {
+        self.shared.history.get().cloned()
     }
 
     pub fn stats(&self) -> CallbackStats {
@@ -384,6 +398,10 @@ async fn on_call(
         return answer(StatusCode::OK, &e);
     };
     let draining = shared.stop_accepting.is_cancelled();
+    // What the history needs after the call (a body clone is a reference).
+    let recording = (shared.history.get())
+        .filter(|h| h.capacity() > 0)
+        .map(|h| (h, route.spec.clone(), body.clone()));
     let handlers = shared.handlers.clone();
     let is_exec = matches!(route.spec.handler, crate::manifest::Handler::Exec(_));
     let call = async move { call::answer(&handlers, route, body, arrived, draining).await };
@@ -407,17 +425,25 @@ async fn on_call(
             .await
             .map_err(|_| "it panicked".to_string())
     };
-    match done {
-        Ok(reply) => answer(StatusCode::OK, &reply),
-        Err(err) => {
-            tracing::error!(tool, error = %err, "a call's task failed");
-            let e = Envelope::failure(
-                "SIDECAR_FAILURE",
-                "the sidecar failed while answering this call (a bug in the sidecar); the handler may or may not have run",
-            );
-            answer(StatusCode::OK, &e)
-        }
+    let reply = done.unwrap_or_else(|err| {
+        tracing::error!(tool, error = %err, "a call's task failed");
+        Envelope::failure(
+            "SIDECAR_FAILURE",
+            "the sidecar failed while answering this call (a bug in the sidecar); the handler may or may not have run",
+        )
+    });
+    if let Some((history, spec, body)) = recording {
+        let duration = arrived.elapsed();
+        history.record(Finished {
+            tool: &spec.name,
+            role: spec.role.as_deref(),
+            arrived: std::time::SystemTime::now() - duration,
+            duration,
+            body: &body,
+            reply: &reply,
+        });
     }
+    answer(StatusCode::OK, &reply)
 }
 
 /// A future whose panic becomes an `Err` (what a task's `JoinError` is).

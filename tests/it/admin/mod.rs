@@ -2,6 +2,9 @@
 //! volume of an outage, and the `status` and `call` commands.
 
 mod cli;
+// Its tool is a `sh` script (`greet`), so Unix only.
+#[cfg(unix)]
+mod history;
 mod inspector;
 mod logs;
 mod metrics;
