@@ -291,6 +291,45 @@ pub(crate) async fn calls(
     ([(header::CACHE_CONTROL, "no-store")], axum::Json(view)).into_response()
 }
 
+/// What the restart route takes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RestartRequest {
+    server: String,
+}
+
+/// `POST /ui/mcp/restart`: stops one MCP server and starts it again at
+/// once (`McpServers::restart`), behind the call route's gate. The one
+/// route besides a call that acts: it changes no configuration, and the
+/// server's tools stay registered while it starts.
+pub(crate) async fn restart_mcp(
+    State(state): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(why) = check_caller(&headers, state.page_token.as_deref()) {
+        tracing::warn!("refused an MCP server restart: {why}");
+        return refuse(StatusCode::FORBIDDEN, why.to_string());
+    }
+    let req: RestartRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                format!("the restart request is not {{\"server\": NAME}}: {e}"),
+            );
+        }
+    };
+    if !state.mcp.restart(&req.server) {
+        let shown: String = req.server.chars().take(64).collect();
+        return refuse(
+            StatusCode::NOT_FOUND,
+            format!("the sidecar runs no MCP server named `{shown}`"),
+        );
+    }
+    axum::Json(json!({"restarted": req.server})).into_response()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

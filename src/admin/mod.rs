@@ -32,6 +32,6 @@ mod time;
 mod view;
 
 pub(crate) use call_cmd::{CallOptions, call};
-pub use sample::{AdminState, Sample};
+pub use sample::{ADMIN_TOKEN_ENV, AdminState, Sample};
 pub use server::{AdminError, serve, spawn, start_for};
 pub(crate) use status_cmd::status;

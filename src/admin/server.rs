@@ -17,6 +17,7 @@
 //! | `GET /ui/tools` | every tool's description and schema, JSON |
 //! | `POST /ui/call` | calls a tool as main_server would; own Origin and the page's token only |
 //! | `POST /ui/calls` | the call history (`history.rs`), JSON; own Origin and the page's token only |
+//! | `POST /ui/mcp/restart` | `{"server": NAME}`: that MCP server stopped and started again at once; own Origin and the page's token only |
 //! | `GET /healthz` | 200 `ok` while the process serves |
 //! | `GET /readyz` | 200 `{"ready":true,"reasons":[]}`, or 503 with the reasons |
 //! | `GET /status` | 200, the JSON of `view.rs` |
@@ -139,6 +140,7 @@ fn router(state: Arc<AdminState>) -> Router {
         .route("/ui/tools", get(inspector::tools))
         .route("/ui/call", post(inspector::call))
         .route("/ui/calls", post(inspector::calls))
+        .route("/ui/mcp/restart", post(inspector::restart_mcp))
         .fallback(not_found)
         .layer(middleware::from_fn(inspector::security_headers))
         .layer(middleware::from_fn(guard))

@@ -9,4 +9,5 @@ mod inspector;
 mod logs;
 mod metrics;
 mod readyz;
+mod restart;
 mod status;
