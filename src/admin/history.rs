@@ -118,6 +118,10 @@ pub struct HistoryView {
     /// Calls recorded since the start (more than `calls.len()` once the
     /// ring has wrapped).
     pub recorded: u64,
+    /// What the ring holds on the heap now, in bytes (its slots and every
+    /// entry's text and pictures): the history's memory.
+    #[serde(default)]
+    pub heap_bytes: usize,
     /// Newest first.
     pub calls: Vec<CallRecord>,
 }
@@ -217,6 +221,7 @@ impl CallHistory {
         HistoryView {
             capacity: self.capacity,
             recorded: ring.recorded,
+            heap_bytes: ring.heap_bytes(),
             calls: ring
                 .calls
                 .iter()
@@ -225,6 +230,30 @@ impl CallHistory {
                 .cloned()
                 .collect(),
         }
+    }
+}
+
+impl Ring {
+    fn heap_bytes(&self) -> usize {
+        let slots = self.calls.capacity() * std::mem::size_of::<CallRecord>();
+        let entries: usize = self
+            .calls
+            .iter()
+            .map(|c| {
+                c.at.capacity()
+                    + c.tool.capacity()
+                    + c.role.as_ref().map_or(0, String::capacity)
+                    + c.outcome.capacity()
+                    + c.arguments.text.capacity()
+                    + c.answer.text.capacity()
+                    + c.pictures.capacity() * std::mem::size_of::<PictureSeen>()
+                    + c.pictures
+                        .iter()
+                        .map(|p| p.mime.capacity() + p.data_b64.as_ref().map_or(0, String::capacity))
+                        .sum::<usize>()
+            })
+            .sum();
+        slots + entries
     }
 }
 
@@ -310,6 +339,35 @@ mod tests {
         assert_eq!(tools, ["t4", "t3", "t2"]);
         assert_eq!(v.calls[0].seq, 4);
         assert_eq!(h.view(3).calls.len(), 1);
+    }
+
+    /// BENCHMARKS.md's figure: the ring at its default size after
+    /// benchmark 3's burst (1,000 calls of `bench_burst`'s body, each
+    /// answered with `bench_handler`'s envelope).
+    #[test]
+    fn the_default_ring_under_benchmark_3s_load_holds_little() {
+        let h = CallHistory::new(DEFAULT_CALLS);
+        let body = r#"{"name":"slow","arguments":{"city":"Tokyo"},"call_id":"x","raw_arguments":"{\"city\":\"Tokyo\"}"}"#;
+        let reply = crate::callback::envelope::normalise(
+            br#"{"output":{"city":"Tokyo","temp_c":22,"weather":"sunny"},"is_error":false}"#,
+        );
+        for _ in 0..1000 {
+            h.record(Finished {
+                tool: "slow",
+                role: None,
+                arrived: SystemTime::now(),
+                duration: Duration::from_millis(1000),
+                body: body.as_bytes(),
+                reply: &reply,
+            });
+        }
+        let v = h.view(0);
+        assert_eq!((v.calls.len(), v.recorded), (DEFAULT_CALLS, 1000));
+        // About 400 bytes an entry: its slot, the time, the texts.
+        let per_entry = v.heap_bytes / DEFAULT_CALLS;
+        eprintln!("the call history at {DEFAULT_CALLS} calls of benchmark 3: {} bytes ({per_entry} an entry)", v.heap_bytes);
+        assert!(v.heap_bytes >= DEFAULT_CALLS * std::mem::size_of::<CallRecord>());
+        assert!(v.heap_bytes < 128 * 1024, "{} bytes", v.heap_bytes);
     }
 
     #[test]

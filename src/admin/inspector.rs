@@ -39,9 +39,11 @@ pub(crate) const STYLE: &str = include_str!("assets/inspector.css");
 pub(crate) const TOKEN_HEADER: &str = "x-neko-token";
 
 /// Scripts and styles from this origin only (no inline ones, no `eval`),
-/// fetches to this origin only, no frames, no forms sent anywhere.
+/// fetches to this origin only, no frames, no forms sent anywhere; images
+/// from this origin or `data:` (the pictures the model was sent, shown in
+/// the call history; an image runs no script).
 pub(crate) const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
-     connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; \
+     connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; \
      frame-ancestors 'none'";
 
 /// Adds the browser-facing security headers to every admin answer.
@@ -98,6 +100,30 @@ pub(crate) async fn script() -> Response {
 
 pub(crate) async fn style() -> Response {
     ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE).into_response()
+}
+
+/// `GET /i18n/{locale}`: the page's catalogue in one locale (`i18n`), the
+/// plugin's own JSON as it is.
+pub(crate) async fn catalogue(
+    axum::extract::Path(locale): axum::extract::Path<String>,
+) -> Response {
+    match super::i18n::catalogue(&locale) {
+        Some(json) => (
+            [
+                (header::CONTENT_TYPE, "application/json; charset=utf-8"),
+                (header::CACHE_CONTROL, "max-age=3600"),
+            ],
+            json,
+        )
+            .into_response(),
+        None => refuse(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no catalogue for that locale; there are {}",
+                super::i18n::LOCALES.join(", ")
+            ),
+        ),
+    }
 }
 
 /// Every desired tool with what the form needs: description, schema,

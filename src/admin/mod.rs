@@ -20,6 +20,7 @@
 mod call_cmd;
 mod client;
 pub mod history;
+mod i18n;
 mod inspector;
 mod metrics;
 mod page;

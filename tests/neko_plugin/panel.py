@@ -271,7 +271,7 @@ def main() -> int:
         assert names["greet"]["declared_at"].endswith("t.toml:2:1"), names["greet"]
         assert names["dev_echo"]["target"].startswith("mcp dev "), names["dev_echo"]
         assert s["schemas"]["greet"]["required"] == ["name"], s["schemas"]
-        assert s["calls"] == {"capacity": 50, "recorded": 0, "calls": []}, s["calls"]
+        assert (s["calls"]["capacity"], s["calls"]["recorded"], s["calls"]["calls"]) == (50, 0, []), s["calls"]
         assert s["inspector_url"] == base + "/"
         # The gated routes open with the plugin's token, and with no other.
         req = urllib.request.Request(base + "/ui/calls", data=b"{}", method="POST", headers={"origin": base, "x-neko-token": "0" * 32})
