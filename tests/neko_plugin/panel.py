@@ -306,6 +306,9 @@ def main() -> int:
         assert history[0]["answer"]["text"] == "hello Bo", history[0]
         photo_calls = [c for c in history if c["tool"] == "photo"]
         assert photo_calls and photo_calls[0]["pictures"][0]["data_b64"], photo_calls
+        if os.environ.get("NEKO_PANEL_STATE_OUT"):
+            # A fixture for rendering the panel by hand (docs/neko-panel.png).
+            Path(os.environ["NEKO_PANEL_STATE_OUT"]).write_text(json.dumps(s, ensure_ascii=False))
         print("ok 3: try-a-tool answers as `neko-sidecar call` does (text, failure, pictures); the calls show in the history")
 
         # 4. Restart one MCP server.

@@ -348,7 +348,9 @@ export default function SidecarPanel(props: PluginSurfaceProps<State>) {
             { key: "reason", label: t("tools.reason"), render: (row) => reasonOf(row) },
             { key: "role", label: t("tools.role"), render: (row) => row.role || t("tools.allRoles") },
             { key: "target", label: t("tools.handler"), render: (row) => row.target || row.handler || "" },
-            { key: "declared_at", label: t("tools.declaredAt"), render: (row) => row.declared_at || "" },
+            // The file's name and the line: the folder is the tools folder
+            // (under Files below) for all but an imported list.
+            { key: "declared_at", label: t("tools.declaredAt"), render: (row) => (row.declared_at || "").split(/[\\/]/).pop() || "" },
             {
               key: "last_call",
               label: t("tools.lastCall"),
