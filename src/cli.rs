@@ -78,9 +78,14 @@ pub struct StatusArgs {
     /// The admin endpoint, e.g. `127.0.0.1:48931`; overrides the config.
     #[arg(long)]
     pub admin: Option<String>,
-    /// Print the raw `/status` JSON instead of the table.
+    /// Print the raw `/status` JSON instead of the table (with `--calls`,
+    /// the call history's JSON).
     #[arg(long)]
     pub json: bool,
+    /// Print the last calls the model made (tool, arguments, outcome, what
+    /// the model read), newest first, instead of the status.
+    #[arg(long)]
+    pub calls: bool,
 }
 
 #[derive(Debug, Args)]

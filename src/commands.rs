@@ -198,6 +198,7 @@ impl Invocation {
                     &args.config,
                     args.admin.as_deref(),
                     args.json,
+                    args.calls,
                 )) {
                     Ok(report) => {
                         print_or_exit(&report.text);

@@ -115,6 +115,9 @@ pub struct AdminConfig {
     /// the admin port is this config's sidecar. `None`: not written, and
     /// `call` says it did not check.
     pub token_file: Option<PathBuf>,
+    /// How many of the last calls the call history keeps in memory; 0
+    /// keeps none.
+    pub call_history: usize,
 }
 
 pub(crate) const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:48931";
@@ -387,7 +390,7 @@ fn build(
     });
 
     let admin = section(&mut top, "admin", |r| {
-        r.deny_unknown(&["listen", "token_file"]);
+        r.deny_unknown(&["listen", "token_file", "call_history"]);
         let listen = match r.string("listen") {
             Some((s, _)) if s.is_empty() => None,
             Some((s, sp)) => Some(validate_listen(r, "[admin]", &s, &sp)),
@@ -398,7 +401,18 @@ fn build(
             Some((s, _)) => Some(runtime_path(&absolutize(base, &s))),
             None => None,
         };
-        AdminConfig { listen, token_file }
+        let call_history = integer_in(
+            r,
+            "call_history",
+            0..=crate::admin::history::MAX_CALLS as i64,
+            crate::admin::history::DEFAULT_CALLS,
+            "0 (off) to 100000",
+        );
+        AdminConfig {
+            listen,
+            token_file,
+            call_history,
+        }
     });
 
     let reload = section(&mut top, "reload", |r| {
@@ -706,6 +720,19 @@ mod tests {
         assert_eq!(
             e,
             ["a.toml:3:19: error: `max_connections` is 2: allowed values are 16 to 1000000"]
+        );
+    }
+
+    #[test]
+    fn the_call_history_is_a_few_hundred_calls_unless_set() {
+        let c = parse_ok("source = \"plugin:w\"\n");
+        assert_eq!(c.admin.call_history, crate::admin::history::DEFAULT_CALLS);
+        let c = parse_ok("source = \"plugin:w\"\n[admin]\ncall_history = 0\n");
+        assert_eq!(c.admin.call_history, 0);
+        let e = errors("source = \"plugin:w\"\n[admin]\ncall_history = -1\n");
+        assert_eq!(
+            e,
+            ["a.toml:3:16: error: `call_history` is -1: allowed values are 0 (off) to 100000"]
         );
     }
 

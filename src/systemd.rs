@@ -25,7 +25,14 @@ use crate::os::NotifySocket;
 /// Remove them from the environment of child processes (exec handlers), so
 /// that a handler using an sd_notify library cannot speak for the service;
 /// `NotifyAccess=main` makes systemd ignore it anyway.
-pub(crate) const SERVICE_ONLY_ENV: [&str; 3] = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"];
+/// The admin token a parent gave the sidecar (`admin::ADMIN_TOKEN_ENV`) is
+/// the sidecar's alone as well.
+pub(crate) const SERVICE_ONLY_ENV: [&str; 4] = [
+    "NOTIFY_SOCKET",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+    "NEKO_SIDECAR_ADMIN_TOKEN",
+];
 
 /// A notification that could not be delivered. The daemon logs it and goes
 /// on: a missing notification must never stop the service itself.

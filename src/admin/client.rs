@@ -191,6 +191,55 @@ impl AdminClient {
         })?;
         Ok((text, view))
     }
+
+    /// The call history (`POST /ui/calls`), as its text. The route wants
+    /// the inspector page's token and Origin, against other web pages; a
+    /// program on this machine gets the token as the page does, from `/`.
+    pub(crate) async fn calls(&self) -> Result<String, ClientError> {
+        let page_url = format!("{}/", self.base);
+        let page = self.text(self.http.get(&page_url), &page_url).await?;
+        let token = page_token(&page).ok_or_else(|| ClientError::BadAnswer {
+            url: page_url.clone(),
+            what: "a page without the inspector's token (a sidecar of another version?)".into(),
+        })?;
+        let url = format!("{}/ui/calls", self.base);
+        let req = self
+            .http
+            .post(&url)
+            .header("origin", &self.base)
+            .header(super::inspector::TOKEN_HEADER, token)
+            .header("content-type", "application/json")
+            .body("{}");
+        self.text(req, &url).await
+    }
+
+    /// The body of a 2xx answer to `req`, or why there is none.
+    async fn text(&self, req: reqwest::RequestBuilder, url: &str) -> Result<String, ClientError> {
+        let unreachable = |e: reqwest::Error| ClientError::Unreachable {
+            url: url.to_owned(),
+            reason: root_cause(&e),
+        };
+        let resp = req.send().await.map_err(unreachable)?;
+        let code = resp.status();
+        let text = resp.text().await.map_err(unreachable)?;
+        if !code.is_success() {
+            let head: String = text.trim().chars().take(200).collect();
+            return Err(ClientError::BadAnswer {
+                url: url.to_owned(),
+                what: format!("HTTP {code}: {head}"),
+            });
+        }
+        Ok(text)
+    }
+}
+
+/// The token in the inspector page's `<meta name="neko-token">`; `None`
+/// when the page has none (or an empty one: a sidecar without randomness).
+pub(crate) fn page_token(page: &str) -> Option<&str> {
+    let key = r#"<meta name="neko-token" content=""#;
+    let start = page.find(key)? + key.len();
+    let len = page[start..].find('"')?;
+    Some(&page[start..start + len]).filter(|t| !t.is_empty())
 }
 
 #[cfg(test)]

@@ -39,9 +39,11 @@ pub(crate) const STYLE: &str = include_str!("assets/inspector.css");
 pub(crate) const TOKEN_HEADER: &str = "x-neko-token";
 
 /// Scripts and styles from this origin only (no inline ones, no `eval`),
-/// fetches to this origin only, no frames, no forms sent anywhere.
+/// fetches to this origin only, no frames, no forms sent anywhere; images
+/// from this origin or `data:` (the pictures the model was sent, shown in
+/// the call history; an image runs no script).
 pub(crate) const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
-     connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; \
+     connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; \
      frame-ancestors 'none'";
 
 /// Adds the browser-facing security headers to every admin answer.
@@ -98,6 +100,30 @@ pub(crate) async fn script() -> Response {
 
 pub(crate) async fn style() -> Response {
     ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE).into_response()
+}
+
+/// `GET /i18n/{locale}`: the page's catalogue in one locale (`i18n`), the
+/// plugin's own JSON as it is.
+pub(crate) async fn catalogue(
+    axum::extract::Path(locale): axum::extract::Path<String>,
+) -> Response {
+    match super::i18n::catalogue(&locale) {
+        Some(json) => (
+            [
+                (header::CONTENT_TYPE, "application/json; charset=utf-8"),
+                (header::CACHE_CONTROL, "max-age=3600"),
+            ],
+            json,
+        )
+            .into_response(),
+        None => refuse(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no catalogue for that locale; there are {}",
+                super::i18n::LOCALES.join(", ")
+            ),
+        ),
+    }
 }
 
 /// Every desired tool with what the form needs: description, schema,
@@ -248,6 +274,86 @@ pub(crate) async fn call(
         "raw": answer.map(|(status, body)| json!({"status": status, "body": body})),
     }))
     .into_response()
+}
+
+/// What the history route takes: the newest `seq` the reader has, to get
+/// only newer calls (0 or nothing: every call held).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallsRequest {
+    #[serde(default)]
+    since: u64,
+}
+
+/// `POST /ui/calls`: the call history, newest first, behind the same gate
+/// as the call route (it shows what the model sent and read). A POST, as
+/// browsers send `Origin` on every POST but not on a same-origin GET.
+pub(crate) async fn calls(
+    State(state): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(why) = check_caller(&headers, state.page_token.as_deref()) {
+        tracing::warn!("refused a call history request: {why}");
+        return refuse(StatusCode::FORBIDDEN, why.to_string());
+    }
+    let req: CallsRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        CallsRequest::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(r) => r,
+            Err(e) => {
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    format!("the history request is not {{\"since\": N}}: {e}"),
+                );
+            }
+        }
+    };
+    let view = match state.callbacks.history() {
+        Some(h) => h.view(req.since),
+        None => super::history::CallHistory::new(0).view(0),
+    };
+    ([(header::CACHE_CONTROL, "no-store")], axum::Json(view)).into_response()
+}
+
+/// What the restart route takes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RestartRequest {
+    server: String,
+}
+
+/// `POST /ui/mcp/restart`: stops one MCP server and starts it again at
+/// once (`McpServers::restart`), behind the call route's gate. The one
+/// route besides a call that acts: it changes no configuration, and the
+/// server's tools stay registered while it starts.
+pub(crate) async fn restart_mcp(
+    State(state): State<Arc<AdminState>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(why) = check_caller(&headers, state.page_token.as_deref()) {
+        tracing::warn!("refused an MCP server restart: {why}");
+        return refuse(StatusCode::FORBIDDEN, why.to_string());
+    }
+    let req: RestartRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                format!("the restart request is not {{\"server\": NAME}}: {e}"),
+            );
+        }
+    };
+    if !state.mcp.restart(&req.server) {
+        let shown: String = req.server.chars().take(64).collect();
+        return refuse(
+            StatusCode::NOT_FOUND,
+            format!("the sidecar runs no MCP server named `{shown}`"),
+        );
+    }
+    axum::Json(json!({"restarted": req.server})).into_response()
 }
 
 #[cfg(test)]

@@ -20,6 +20,8 @@
 mod call_cmd;
 mod client;
 mod identity;
+pub mod history;
+mod i18n;
 mod inspector;
 mod metrics;
 mod page;
@@ -32,6 +34,6 @@ mod time;
 mod view;
 
 pub(crate) use call_cmd::{CallOptions, call};
-pub use sample::{AdminState, Sample};
+pub use sample::{ADMIN_TOKEN_ENV, AdminState, Sample};
 pub use server::{AdminError, MAX_CONNECTIONS, serve, spawn, start_for};
 pub(crate) use status_cmd::status;

@@ -28,6 +28,7 @@ pub(crate) fn render_page(sample: &Sample, token: Option<&str>) -> String {
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="neko-token" content="{token}">
+<meta name="neko-locales" content="{locales}">
 <title>neko-sidecar · {source}</title>
 <link rel="stylesheet" href="/inspector.css">
 <script src="/inspector.js" defer></script>
@@ -38,15 +39,21 @@ pub(crate) fn render_page(sample: &Sample, token: Option<&str>) -> String {
 <section id="status" aria-live="polite">
 {status}</section>
 <section id="try">
-<h2>Try a tool</h2>
+<h2 data-i18n="try.title">Try a tool</h2>
 <noscript><p>Calling a tool from this page needs JavaScript; <code>neko-sidecar call TOOL --args JSON</code> does the same in a terminal.</p></noscript>
 {form}
+</section>
+<section id="calls">
+<h2 data-i18n="calls.title">Recent calls</h2>
+<p id="calls-note" class="hint" data-i18n="inspector.callsNote">The calls the model made, newest first, as the sidecar keeps them in memory ([admin] call_history); neko-sidecar status --calls shows the same.</p>
+<div id="call-list"></div>
 </section>
 </main>
 </body>
 </html>
 "#,
         token = esc(token.unwrap_or("")),
+        locales = super::i18n::LOCALES.join(","),
         source = esc(&view.source),
         version = esc(&view.version),
         started = esc(&view.started_at),
@@ -63,20 +70,20 @@ pub(crate) fn render_page(sample: &Sample, token: Option<&str>) -> String {
 /// The form's fixed frame; the script fills the tool list and the fields
 /// from each tool's schema (`/ui/tools`).
 const FORM: &str = r#"<form id="call-form" hidden>
-<p><label>Tool <select id="tool"></select></label> <span id="tool-target" class="hint"></span></p>
+<p><label><span data-i18n="try.tool">Tool</span> <select id="tool"></select></label> <span id="tool-target" class="hint"></span></p>
 <p id="tool-description" class="hint"></p>
-<p class="mode"><label><input type="radio" name="mode" value="form" checked> Form</label> <label><input type="radio" name="mode" value="json"> Raw JSON</label></p>
+<p class="mode"><label><input type="radio" name="mode" value="form" checked> <span data-i18n="try.form">Form</span></label> <label><input type="radio" name="mode" value="json"> <span data-i18n="try.rawJson">Raw JSON</span></label></p>
 <div id="fields"></div>
 <textarea id="raw" rows="8" spellcheck="false" hidden></textarea>
 <p id="form-error" class="bad" hidden></p>
-<p><label><input type="checkbox" id="skip-check"> Call even when the arguments do not match the schema (to see what the model reads then)</label></p>
-<p><button type="submit" id="call">Call</button></p>
+<p><label><input type="checkbox" id="skip-check"> <span data-i18n="inspector.skipCheck">Call even when the arguments do not match the schema (to see what the model reads then)</span></label></p>
+<p><button type="submit" id="call" data-i18n="try.call">Call</button></p>
 </form>
 <div id="result" hidden>
 <h3 id="result-title">What the model reads</h3>
 <pre id="model-text"></pre>
 <p id="result-meta" class="hint"></p>
-<details><summary>Raw answer of the callback</summary><pre id="raw-answer"></pre></details>
+<details><summary data-i18n="inspector.rawAnswer">Raw answer of the callback</summary><pre id="raw-answer"></pre></details>
 </div>
 "#;
 
@@ -151,10 +158,10 @@ fn render_view(sample: &Sample, v: &StatusView) -> String {
         out,
         r#"<h2>main_server</h2>
 <dl class="facts">
-<dt>URL</dt><dd><code>{url}</code></dd>
-<dt>Answers</dt><dd id="ms-answers">{answers}</dd>
-<dt>Last restart seen</dt><dd id="ms-restart">{restart}</dd>
-<dt>Registered</dt><dd id="ms-registered">{registered} of {total} tools · {ready}</dd>
+<dt data-i18n="mainServer.url">URL</dt><dd><code>{url}</code></dd>
+<dt data-i18n="inspector.answers">Answers</dt><dd id="ms-answers">{answers}</dd>
+<dt data-i18n="mainServer.lastRestart">Last restart seen</dt><dd id="ms-restart">{restart}</dd>
+<dt data-i18n="inspector.registered">Registered</dt><dd id="ms-registered">{registered} of {total} tools · {ready}</dd>
 </dl>
 "#,
         url = esc(&ms.url),
@@ -172,13 +179,13 @@ fn render_view(sample: &Sample, v: &StatusView) -> String {
 }
 
 fn render_tools(out: &mut String, sample: &Sample, v: &StatusView) {
-    out.push_str("<h2>Tools</h2>\n");
+    out.push_str("<h2 data-i18n=\"tools.title\">Tools</h2>\n");
     if v.tools.is_empty() {
         out.push_str("<p>No tools: no manifest declares one, and no MCP server offers one.</p>\n");
         return;
     }
     out.push_str(
-        "<table id=\"tools\"><thead><tr><th>Tool</th><th>State</th><th>Role</th><th>Handler</th><th>Declared in</th><th>Last call</th><th>Calls</th><th></th></tr></thead>\n<tbody>\n",
+        "<table id=\"tools\"><thead><tr><th data-i18n=\"tools.name\">Tool</th><th data-i18n=\"tools.state\">State</th><th data-i18n=\"tools.role\">Role</th><th data-i18n=\"tools.handler\">Handler</th><th data-i18n=\"tools.declaredAt\">Declared in</th><th data-i18n=\"tools.lastCall\">Last call</th><th data-i18n=\"tools.calls\">Calls</th><th></th></tr></thead>\n<tbody>\n",
     );
     for t in &v.tools {
         let description = sample
@@ -188,7 +195,7 @@ fn render_tools(out: &mut String, sample: &Sample, v: &StatusView) {
             .map_or("", |d| d.spec.description.as_str());
         let _ = writeln!(
             out,
-            r#"<tr data-tool="{name}"><td><strong class="name">{name}</strong><div class="hint desc">{desc}</div></td><td>{state}</td><td>{role}</td><td><code>{target}</code></td><td><code>{declared}</code>{last_good}</td><td class="last">{last}</td><td>{calls}{failures}</td><td><button type="button" class="try" data-try="{name}">Try</button></td></tr>"#,
+            r#"<tr data-tool="{name}"><td><strong class="name">{name}</strong><div class="hint desc">{desc}</div></td><td>{state}</td><td>{role}</td><td><code>{target}</code></td><td><code>{declared}</code>{last_good}</td><td class="last">{last}</td><td>{calls}{failures}</td><td><button type="button" class="try" data-try="{name}" data-i18n="actions.tryTool.label">Try</button></td></tr>"#,
             name = esc(&t.name),
             desc = esc(&shorten(description, 300)),
             state = state_cell(t),
@@ -217,6 +224,7 @@ fn render_tools(out: &mut String, sample: &Sample, v: &StatusView) {
 
 fn state_cell(t: &ToolView) -> String {
     let name = t.state.name();
+    let key = super::i18n::state_key(name);
     let detail = match &t.state {
         StateView::Pending | StateView::Registered => String::new(),
         StateView::Conflict {
@@ -256,9 +264,9 @@ fn state_cell(t: &ToolView) -> String {
         StateView::Conflict { .. } | StateView::Rejected { .. } => "bad",
     };
     if detail.is_empty() {
-        format!("<span class=\"state {class}\">{name}</span>")
+        format!("<span class=\"state {class}\" data-i18n=\"{key}\">{name}</span>")
     } else {
-        format!("<span class=\"state {class}\">{name}</span><div class=\"detail\">{detail}</div>")
+        format!("<span class=\"state {class}\" data-i18n=\"{key}\">{name}</span><div class=\"detail\">{detail}</div>")
     }
 }
 
@@ -290,7 +298,7 @@ fn render_mcp(out: &mut String, servers: &[ServerStatus]) {
         return;
     }
     out.push_str(
-        "<h2>MCP servers</h2>\n<table id=\"mcp\"><thead><tr><th>Server</th><th>Phase</th><th>Protocol</th><th>Transport</th><th>Tools</th><th>Restarts</th><th>Last error</th></tr></thead>\n<tbody>\n",
+        "<h2 data-i18n=\"servers.title\">MCP servers</h2>\n<table id=\"mcp\"><thead><tr><th data-i18n=\"servers.name\">Server</th><th data-i18n=\"servers.phase\">Phase</th><th data-i18n=\"inspector.protocol\">Protocol</th><th data-i18n=\"servers.transport\">Transport</th><th data-i18n=\"servers.tools\">Tools</th><th data-i18n=\"servers.restarts\">Restarts</th><th data-i18n=\"servers.lastError\">Last error</th></tr></thead>\n<tbody>\n",
     );
     for s in servers {
         let phase = serde_json::to_value(s.phase)
@@ -305,8 +313,9 @@ fn render_mcp(out: &mut String, servers: &[ServerStatus]) {
             .collect();
         let _ = writeln!(
             out,
-            r#"<tr data-server="{name}"><td><strong>{name}</strong></td><td><span class="state {class}">{phase}</span></td><td>{protocol}</td><td><code>{transport}</code></td><td>{offered}{rejected}</td><td>{restarts}</td><td>{error}</td></tr>"#,
+            r#"<tr data-server="{name}"><td><strong>{name}</strong></td><td><span class="state {class}" data-i18n="{key}">{phase}</span></td><td>{protocol}</td><td><code>{transport}</code></td><td>{offered}{rejected}</td><td>{restarts}</td><td>{error}</td></tr>"#,
             name = esc(&s.name),
+            key = super::i18n::phase_key(&phase),
             protocol = esc(s.protocol.as_deref().unwrap_or("-")),
             transport = esc(&s.transport),
             offered = esc(&s.tools.join(", ")),

@@ -94,8 +94,38 @@ impl AdminState {
     }
 }
 
-/// 128 random bits as hex, or `None` (logged) when the system gives none.
+/// The environment variable a parent (the N.E.K.O plugin) sets to give
+/// the sidecar the token of its admin routes that act, so that it can use
+/// them too without reading the page. Never passed on to a handler or an MCP
+/// server (`systemd::SERVICE_ONLY_ENV`).
+pub const ADMIN_TOKEN_ENV: &str = "NEKO_SIDECAR_ADMIN_TOKEN";
+
+/// The token `ADMIN_TOKEN_ENV` gives, when it is one: 32 to 256 of
+/// `A-Z a-z 0-9 - _` (so it is long enough and fits a header as it is).
+pub(crate) fn given_token(value: Option<&str>) -> Result<Option<Arc<str>>, String> {
+    let Some(v) = value else { return Ok(None) };
+    let fits = (32..=256).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if fits {
+        Ok(Some(v.into()))
+    } else {
+        Err(format!(
+            "{ADMIN_TOKEN_ENV} is not 32 to 256 of A-Z a-z 0-9 - _ ({} bytes); a token of the sidecar's own is used instead",
+            v.len()
+        ))
+    }
+}
+
+/// The parent's token (`ADMIN_TOKEN_ENV`), else 128 random bits as hex,
+/// else `None` (logged) when the system gives none.
 fn new_page_token() -> Option<Arc<str>> {
+    let given = std::env::var(ADMIN_TOKEN_ENV).ok();
+    match given_token(given.as_deref()) {
+        Ok(Some(t)) => return Some(t),
+        Ok(None) => {}
+        Err(why) => tracing::error!("{why}"),
+    }
     let mut bytes = [0u8; 16];
     match getrandom::fill(&mut bytes) {
         Ok(()) => Some(
@@ -131,4 +161,24 @@ pub struct Sample {
     pub now: SystemTime,
     pub started_at: SystemTime,
     pub uptime: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_given_token_is_long_and_plain_or_refused() {
+        assert_eq!(given_token(None), Ok(None));
+        let good = "a".repeat(31) + "-_Z9";
+        assert_eq!(
+            given_token(Some(&good)).unwrap().as_deref(),
+            Some(good.as_str())
+        );
+        assert!(given_token(Some("short")).is_err());
+        assert!(given_token(Some(&"a\"".repeat(20))).is_err());
+        assert!(given_token(Some(&"a".repeat(257))).is_err());
+        // Handlers and MCP servers never see it.
+        assert!(crate::systemd::SERVICE_ONLY_ENV.contains(&ADMIN_TOKEN_ENV));
+    }
 }

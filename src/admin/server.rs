@@ -27,6 +27,9 @@
 //! | `GET /ui/status` | the page's status part, HTML |
 //! | `GET /ui/tools` | every tool's description and schema, JSON |
 //! | `POST /ui/call` | calls a tool as main_server would; own Origin and the page's token only |
+//! | `GET /i18n/{locale}` | the page's catalogue in that locale (`i18n.rs`), JSON |
+//! | `POST /ui/calls` | the call history (`history.rs`), JSON; own Origin and the page's token only |
+//! | `POST /ui/mcp/restart` | `{"server": NAME}`: that MCP server stopped and started again at once; own Origin and the page's token only |
 //! | `GET /healthz` | 200 `ok` while the process serves |
 //! | `GET /readyz` | 200 `{"ready":true,"reasons":[]}`, or 503 with the reasons |
 //! | `GET /status` | 200, the JSON of `view.rs` |
@@ -270,6 +273,9 @@ fn router(state: Arc<AdminState>) -> Router {
         .route("/ui/status", get(inspector::status_part))
         .route("/ui/tools", get(inspector::tools))
         .route("/ui/call", post(inspector::call))
+        .route("/ui/calls", post(inspector::calls))
+        .route("/i18n/{locale}", get(inspector::catalogue))
+        .route("/ui/mcp/restart", post(inspector::restart_mcp))
         .fallback(not_found)
         .layer(middleware::from_fn(inspector::security_headers))
         .layer(middleware::from_fn(guard))

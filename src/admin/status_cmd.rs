@@ -10,6 +10,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 use super::client::{AdminClient, ClientError, admin_url};
+use super::history::{CallRecord, HistoryView};
 use super::view::StatusView;
 use crate::diag::plural;
 use crate::mcp::Phase;
@@ -29,11 +30,24 @@ pub(crate) async fn status(
     config: &Path,
     admin: Option<&str>,
     json: bool,
+    calls: bool,
 ) -> Result<StatusReport, ClientError> {
     let base = admin_url(config, admin)?;
     let client = AdminClient::new(base.clone())?;
     let (raw, view) = client.status().await?;
-    let text = if json {
+    let text = if calls {
+        let raw = client.calls().await?;
+        if json {
+            format!("{}\n", raw.trim_end())
+        } else {
+            let history: HistoryView =
+                serde_json::from_str(&raw).map_err(|e| ClientError::BadAnswer {
+                    url: format!("{base}/ui/calls"),
+                    what: format!("a document that is not a call history ({e})"),
+                })?;
+            render_calls(&history)
+        }
+    } else if json {
         let mut raw = raw;
         if !raw.ends_with('\n') {
             raw.push('\n');
@@ -170,6 +184,64 @@ pub(crate) fn render_status(v: &StatusView) -> String {
     }
     out
 }
+
+/// `status --calls`: the calls the model made, newest first, one block
+/// each: what was sent and what the model read (both cut, sizes shown).
+pub(crate) fn render_calls(h: &HistoryView) -> String {
+    let mut out = String::new();
+    if h.capacity == 0 {
+        out.push_str("the call history is off ([admin] call_history = 0)\n");
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "{} held of {} since the start (the last {} are kept, in memory only), newest first",
+        plural(h.calls.len(), "call"),
+        h.recorded,
+        h.capacity
+    );
+    for c in &h.calls {
+        out.push('\n');
+        out.push_str(&render_call(c));
+    }
+    out
+}
+
+fn render_call(c: &CallRecord) -> String {
+    let mut out = String::new();
+    let role = c.role.as_deref().unwrap_or("(all)");
+    let _ = writeln!(
+        out,
+        "#{} {} {} role {role}: {} in {} ms",
+        c.seq, c.at, c.tool, c.outcome, c.duration_ms
+    );
+    let sized = |cut: &super::history::Cut| {
+        let text = shorten(&cut.text.replace('\n', " "), CALL_TEXT_CHARS);
+        if cut.cut || text.ends_with('…') {
+            format!("{text} ({} bytes)", cut.bytes)
+        } else {
+            text
+        }
+    };
+    let _ = writeln!(out, "  arguments: {}", sized(&c.arguments));
+    let _ = writeln!(out, "  the model read: {}", sized(&c.answer));
+    for p in &c.pictures {
+        let kept = if p.data_b64.is_some() {
+            ""
+        } else {
+            ", not kept (the history's picture budget)"
+        };
+        let _ = writeln!(
+            out,
+            "  a picture: {}, {} bytes of base64{kept}",
+            p.mime, p.bytes
+        );
+    }
+    out
+}
+
+/// At most this much of a call's arguments or answer goes on its line.
+const CALL_TEXT_CHARS: usize = 160;
 
 fn tool_table(v: &StatusView) -> String {
     let header = [

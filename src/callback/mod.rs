@@ -62,7 +62,7 @@ pub(crate) mod transport;
 pub mod validate;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -72,6 +72,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::admin::history::{CallHistory, Finished};
 use crate::config::{CallbackConfig, HandlersConfig};
 use crate::desired::DesiredState;
 use envelope::Envelope;
@@ -174,6 +175,8 @@ struct Shared {
     /// The open connections, their bound and tasks; its `stop` (a child of
     /// the daemon's shutdown token) is cancelled to stop accepting.
     transport: Transport,
+    /// The call history every answered call goes into, once set.
+    history: OnceLock<Arc<CallHistory>>,
 }
 
 impl Shared {
@@ -226,6 +229,7 @@ impl CallbackServer {
                 },
                 shutdown.child_token(),
             ),
+            history: OnceLock::new(),
         });
         shared
             .transport
@@ -282,6 +286,16 @@ impl CallbackHandle {
     /// Where calls of MCP tools go; set once, before any is routed.
     pub(crate) fn set_mcp(&self, servers: crate::mcp::McpServers) {
         let _ = self.shared.handlers.mcp.set(servers);
+    }
+
+    /// Where answered calls are recorded from now on; set once.
+    pub fn set_history(&self, history: Arc<CallHistory>) {
+        let _ = self.shared.history.set(history);
+    }
+
+    /// The call history, when one was set.
+    pub fn history(&self) -> Option<Arc<CallHistory>> {
+        self.shared.history.get().cloned()
     }
 
     pub fn stats(&self) -> CallbackStats {
@@ -410,6 +424,10 @@ async fn on_call(shared: &Shared, tool: &str, body: Result<Bytes, BodyError>) ->
         return answer(StatusCode::OK, &e);
     };
     let draining = shared.transport.stop.is_cancelled();
+    // What the history needs after the call (a body clone is a reference).
+    let recording = (shared.history.get())
+        .filter(|h| h.capacity() > 0)
+        .map(|h| (h, route.spec.clone(), body.clone()));
     let handlers = shared.handlers.clone();
     let is_exec = matches!(route.spec.handler, crate::manifest::Handler::Exec(_));
     let call = async move { call::answer(&handlers, route, body, arrived, draining).await };
@@ -433,17 +451,25 @@ async fn on_call(shared: &Shared, tool: &str, body: Result<Bytes, BodyError>) ->
             .await
             .map_err(|_| "it panicked".to_string())
     };
-    match done {
-        Ok(reply) => answer(StatusCode::OK, &reply),
-        Err(err) => {
-            tracing::error!(tool, error = %err, "a call's task failed");
-            let e = Envelope::failure(
-                "SIDECAR_FAILURE",
-                "the sidecar failed while answering this call (a bug in the sidecar); the handler may or may not have run",
-            );
-            answer(StatusCode::OK, &e)
-        }
+    let reply = done.unwrap_or_else(|err| {
+        tracing::error!(tool, error = %err, "a call's task failed");
+        Envelope::failure(
+            "SIDECAR_FAILURE",
+            "the sidecar failed while answering this call (a bug in the sidecar); the handler may or may not have run",
+        )
+    });
+    if let Some((history, spec, body)) = recording {
+        let duration = arrived.elapsed();
+        history.record(Finished {
+            tool: &spec.name,
+            role: spec.role.as_deref(),
+            arrived: std::time::SystemTime::now() - duration,
+            duration,
+            body: &body,
+            reply: &reply,
+        });
     }
+    answer(StatusCode::OK, &reply)
 }
 
 /// A future whose panic becomes an `Err` (what a task's `JoinError` is).

@@ -228,6 +228,9 @@ pub async fn start(
     .map_err(EngineError::from)?;
     let mcp = McpServers::new(policy, Jitter::random());
     callback.set_mcp(mcp.clone());
+    callback.set_history(crate::admin::history::CallHistory::new(
+        config.admin.call_history,
+    ));
     let first = Arc::new(mcp.first(&reload.desired().borrow()));
     let (to_bridge, mut from_hub) = watch::channel(first.clone());
     tasks.spawn(mcp.clone().run(

@@ -40,6 +40,10 @@ use session::Session;
 pub use session::{Phase, ServerStatus};
 pub use tools::Rejected;
 
+/// How long a server stopped for a restart by hand has to end before it
+/// is killed (its successor starts meanwhile).
+const RESTART_STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The MCP servers of one sidecar: the sessions, shared by the hub task,
 /// the callback server's calls and the admin endpoints. Cheap to clone.
 #[derive(Clone)]
@@ -135,6 +139,33 @@ impl McpServers {
             );
             sessions.insert(name.clone(), session);
         }
+    }
+
+    /// Stops the server `name` and starts it again at once on the same
+    /// spec, whatever its phase (a stuck one waiting out its backoff too),
+    /// for an operator's "restart" (the admin route `/ui/mcp/restart`). Its
+    /// last listing is kept, so its tools stay registered meanwhile. `false`
+    /// when there is no such server.
+    pub(crate) fn restart(&self, name: &str) -> bool {
+        let mut sessions = self
+            .inner
+            .sessions
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        let Some(old) = sessions.get(name).cloned() else {
+            return false;
+        };
+        tracing::info!(mcp_server = %name, "restarting the MCP server (asked for on the admin endpoint)");
+        old.stop(Instant::now() + RESTART_STOP_GRACE);
+        let session = Session::new(old.spec.clone(), old.listing(), self.inner.changed.clone());
+        session.restarted_from(&old);
+        self.inner.tasks.spawn(
+            session
+                .clone()
+                .run(self.inner.policy, self.inner.jitter.clone()),
+        );
+        sessions.insert(name.to_owned(), session);
+        true
     }
 
     /// The desired state main_server should see: the manifests' tools,

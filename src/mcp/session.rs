@@ -210,6 +210,13 @@ impl Session {
         lock(&self.status).clone()
     }
 
+    /// A session started in place of an old one by hand (`McpServers::
+    /// restart`) goes on counting its restarts.
+    pub(super) fn restarted_from(&self, old: &Session) {
+        let restarts = lock(&old.status).restarts + 1;
+        self.update(|s| s.restarts = restarts);
+    }
+
     pub(crate) fn listing(&self) -> Option<Arc<Vec<Listed>>> {
         lock(&self.listing).clone()
     }

@@ -11,6 +11,12 @@ that a tool called through the form shows what the model reads, and that a
 tool made to fail shows its reason; it saves a screenshot. WebDriver is
 plain HTTP here (urllib), so the script needs nothing but python3.
 
+Then the page with the browser set to Simplified Chinese: the page's own
+words come from the catalogue (the N.E.K.O plugin's zh-CN.json, embedded),
+what the model reads stays as the tool wrote it; and the recent calls show
+the call the form made. A second screenshot beside the first
+(SCREENSHOT with `-zh-CN` before `.png`).
+
 Usage: inspector.py NEKO_SIDECAR_BINARY SCREENSHOT.png
 `.ci/run` runs it; every wait is a condition polled against a deadline.
 """
@@ -71,7 +77,7 @@ def http(method, url, body=None):
 class Browser:
     """The few WebDriver commands the test needs."""
 
-    def __init__(self, port, profile):
+    def __init__(self, port, profile, lang="en-US"):
         self.base = f"http://127.0.0.1:{port}"
         caps = {
             "capabilities": {
@@ -93,7 +99,10 @@ class Browser:
                             "--disable-dev-shm-usage",
                             "--window-size=1360,1500",
                             f"--user-data-dir={profile}",
+                            f"--lang={lang}",
                         ],
+                        # What navigator.languages reports.
+                        "prefs": {"intl.accept_languages": lang},
                     },
                 }
             }
@@ -393,9 +402,59 @@ def main():
         ]
         if bad:
             fail(f"the browser console has errors: {bad}")
+        # 7. The calls made through the form are in the recent calls, with
+        # what the model read.
+        calls_text = "return Array.from(document.querySelectorAll('#call-list details.call')).map(e => e.textContent);"
+        wait_for(
+            "the form's calls in the recent calls",
+            lambda: any("get_weather" in c and "Tokyo" in c for c in b.js(calls_text))
+            and any("get_weather" in c and "known cities" in c for c in b.js(calls_text)),
+        )
+        if b.js("return document.documentElement.lang") != "en":
+            fail(f"the page's language is {b.js('return document.documentElement.lang')!r}, not en")
+        if (b.text("#try h2") or "") != "Try a tool":
+            fail(f"the English page's heading is {b.text('#try h2')!r}")
         b.js("window.scrollTo(0, 0)")
         b.screenshot(shot)
-        print(f"inspector browser test: ok (screenshot {shot})")
+        browser.close()
+
+        # 8. The same page in Simplified Chinese.
+        zh_profile = tempfile.mkdtemp(prefix="neko-inspector-chromium-zh-")
+        browser = Browser(port, zh_profile, lang="zh-CN")
+        b = browser
+        b.go(page)
+        wait_for("the page in zh-CN", lambda: b.js("return document.documentElement.lang") == "zh-CN")
+        wait_for("the headings from the catalogue", lambda: (b.text("#try h2") or "") == "试用工具")
+        wait_for("the tools table in Chinese", lambda: "已注册" in row_text(b, "get_weather"))
+        for css, want in [("#calls h2", "最近的调用"), ("table#tools th", "工具"), ("#call", "调用")]:
+            got = b.text(css)
+            if got != want:
+                fail(f"{css} reads {got!r} in zh-CN, not {want!r}")
+        b.click('button[data-try="get_weather"]')
+        wait_for("the form for get_weather", lambda: b.text('label[for="f-city"]'))
+        b.type("#f-city", "Tokyo")
+        b.click("#call")
+        # What the model reads is the tool's own text, never translated.
+        wait_for(
+            "what the model reads, as the tool wrote it",
+            lambda: "Tokyo" in (b.text("#model-text") or "")
+            and (b.text("#result-title") or "") == "模型读到的内容：",
+        )
+        wait_for(
+            "the recent calls in Chinese",
+            lambda: any("模型读到的内容" in c for c in b.js(calls_text)),
+        )
+        bad = [
+            e
+            for e in b.console()
+            if e.get("level") == "SEVERE" or "Content Security Policy" in e.get("message", "")
+        ]
+        if bad:
+            fail(f"the browser console has errors in zh-CN: {bad}")
+        b.js("window.scrollTo(0, 0)")
+        zh_shot = re.sub(r"(\.png)?$", "-zh-CN.png", shot, count=1)
+        b.screenshot(zh_shot)
+        print(f"inspector browser test: ok in en and zh-CN (screenshots {shot}, {zh_shot})")
     finally:
         if browser:
             browser.close()

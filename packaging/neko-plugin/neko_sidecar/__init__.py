@@ -10,6 +10,13 @@ is the installed payload, replaced by an upgrade; ``runtime_config_path`` and
 calls ``startup`` with no arguments and awaits it (10 s), and ``shutdown``
 with none, inside a stop budget of 1.5 s (plugin/core/host.py @685f1382).
 
+The panel: N.E.K.O's Hosted UI (plugin.toml's ``[plugin.ui]``; upstream
+docs/plugins/hosted-ui.md @685f1382) shows ``ui/panel.tsx`` with the state of
+``dashboard`` below and calls the entries marked ``@ui.action``; both read
+the running sidecar over its admin listener (``panel``), so Python holds no
+copy of the sidecar's state. A host whose SDK has no ``ui`` (before Hosted
+UI) gets the static page instead, as before.
+
 Dying together: the sidecar runs with ``--stop-on-stdin-eof`` and its stdin
 is a pipe only this process holds. The shutdown hook closes it; if this
 process is killed outright (no hook runs, and N.E.K.O ends no plugin's
@@ -19,6 +26,7 @@ platform, with its tools unregistered.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import os
 import platform
@@ -26,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import webbrowser
 from pathlib import Path
 
 try:
@@ -34,6 +43,33 @@ except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib  # type: ignore[no-redef]
 
 from plugin.sdk.plugin import NekoPluginBase, lifecycle, neko_plugin
+
+from . import panel
+
+try:
+    # Hosted UI: the SDK's `ui` decorators, `tr` (plugin-local i18n
+    # references) and `plugin_entry` (plugin/sdk/plugin/__init__.py
+    # @685f1382).
+    from plugin.sdk.plugin import Ok, plugin_entry, tr, ui
+
+    HOSTED_UI = True
+except ImportError:  # A host before Hosted UI: the static page instead.
+    HOSTED_UI = False
+
+    def _keep(*_args, **_kwargs):
+        return lambda fn: fn
+
+    class ui:  # type: ignore[no-redef]
+        context = staticmethod(_keep)
+        action = staticmethod(_keep)
+
+    plugin_entry = _keep
+
+    def tr(key, *, default="", **_params):  # type: ignore[no-redef]
+        return default or key
+
+    def Ok(value):  # type: ignore[no-redef]
+        return value
 
 PLUGIN_ID = "neko_sidecar"
 SOURCE = f"plugin:{PLUGIN_ID}"
@@ -140,6 +176,11 @@ class NekoSidecarPlugin(NekoPluginBase):
         super().__init__(ctx)
         self._proc: subprocess.Popen | None = None
         self._stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
+        # The admin token of this start (handed to the sidecar), and how the
+        # last run ended, for the panel.
+        self._admin_token: str | None = None
+        self._last_exit: int | None = None
+        self._start_error: str | None = None
 
     # ------------------------------------------------------------------
     # Where things are
@@ -263,6 +304,8 @@ class NekoSidecarPlugin(NekoPluginBase):
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
+        if self._admin_token:
+            env[panel.ADMIN_TOKEN_ENV] = self._admin_token
         if not env.get("NEKO_MAIN_SERVER_PORT"):
             # Where N.E.K.O's own code puts main_server when the launcher
             # exported nothing (its config module also reads the desktop
@@ -282,6 +325,15 @@ class NekoSidecarPlugin(NekoPluginBase):
     async def startup(self):
         if self._proc is not None and self._proc.poll() is None:
             return
+        self._start_error = None
+        self._last_exit = None
+        try:
+            await self._start()
+        except Exception as e:
+            self._start_error = str(e)
+            raise
+
+    async def _start(self):
         exe = bundled_executable(Path(self.plugin_dir))
         if sys.platform != "win32":
             # N.E.K.O's installer writes files with a plain open("wb"): the
@@ -292,6 +344,7 @@ class NekoSidecarPlugin(NekoPluginBase):
                 except OSError as e:
                     raise RuntimeError(f"neko-sidecar: cannot make {exe} executable: {e}") from e
         agent_toml = self._prepare()
+        self._admin_token = panel.new_token()
         argv = [str(exe), "run", "--config", str(agent_toml), "--stop-on-stdin-eof"]
         extra = {"creationflags": CREATE_NO_WINDOW} if sys.platform == "win32" else {}
         self._proc = subprocess.Popen(
@@ -308,10 +361,13 @@ class NekoSidecarPlugin(NekoPluginBase):
         try:
             code = self._proc.wait(timeout=0.5)
         except subprocess.TimeoutExpired:
-            self.register_static_ui("static")
+            if not HOSTED_UI:
+                # The static page only where the host has no Hosted UI.
+                self.register_static_ui("static")
             return
         tail = "\n".join(self._stderr_tail)
         self._proc = None
+        self._last_exit = code
         raise RuntimeError(f"neko-sidecar exited at once with status {code}:\n{tail}")
 
     @lifecycle(id="shutdown")
@@ -325,6 +381,7 @@ class NekoSidecarPlugin(NekoPluginBase):
             pass
         try:
             proc.wait(timeout=STOP_WAIT_SECONDS)
+            self._last_exit = proc.returncode
             self.logger.info(f"neko-sidecar: stopped (status {proc.returncode})")
             return
         except subprocess.TimeoutExpired:
@@ -353,3 +410,115 @@ class NekoSidecarPlugin(NekoPluginBase):
             if line:
                 self._stderr_tail.append(line)
                 self.logger.info(f"[neko-sidecar] {line}")
+
+    # ------------------------------------------------------------------
+    # The Hosted UI panel (ui/panel.tsx) and guide (docs/guide.tsx)
+
+    def _agent_toml(self) -> Path:
+        return self._config_dir() / "agent.toml"
+
+    def _admin(self) -> tuple[panel.Admin | None, str | None]:
+        """The running sidecar's admin listener, or why it cannot be
+        reached (an i18n key)."""
+        if self._proc is None or self._proc.poll() is not None:
+            return None, "errors.notRunning"
+        address, why = panel.admin_address(self._agent_toml())
+        if address is None:
+            return None, why
+        return panel.Admin(address, self._admin_token), None
+
+    def _dashboard(self) -> dict:
+        proc = self._proc
+        running = proc is not None and proc.poll() is None
+        if proc is not None and not running:
+            self._last_exit = proc.returncode
+        address, _ = panel.admin_address(self._agent_toml())
+        admin, why = self._admin()
+        state = {
+            "running": running,
+            "pid": proc.pid if running else None,
+            "exit_status": None if running else self._last_exit,
+            "start_error": None if running else self._start_error,
+            # The sidecar's last log lines: what it said before it stopped.
+            "stderr": [] if running else list(self._stderr_tail),
+            "inspector_url": f"http://{address}/" if address else None,
+            "config_path": str(self._agent_toml()),
+            "tools_folder": str(Path(self.data_path("tools"))),
+            "mcp_import_manifest": str(Path(self.data_path("tools")) / MCP_IMPORT_MANIFEST),
+            "mcp_adapter_config": str(self._mcp_adapter_config() or ""),
+        }
+        state.update(panel.read_state(admin, why) if running else {"status": None, "calls": None, "error": panel.error("errors.notRunning")})
+        return state
+
+    @ui.context(id="dashboard", title=tr("panel.title", default="neko-sidecar"))
+    async def dashboard(self):
+        return await asyncio.to_thread(self._dashboard)
+
+    @ui.action(label=tr("actions.tryTool.label", default="Try"), tone="primary", group="tools", order=10, refresh_context=True)
+    @plugin_entry(
+        id="try_tool",
+        name=tr("entries.tryTool.name", default="Try a sidecar tool"),
+        description=tr(
+            "entries.tryTool.description",
+            default="Calls one of neko-sidecar's tools as main_server would, and answers with what the model reads.",
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "tool": {"type": "string", "description": tr("entries.tryTool.fields.tool", default="The tool's name")},
+                "arguments": {
+                    "type": ["object", "string"],
+                    "description": tr("entries.tryTool.fields.arguments", default="The arguments (an object, or the model's JSON text)"),
+                },
+            },
+            "required": ["tool"],
+        },
+    )
+    async def try_tool(self, tool: str, arguments: object = None, **_):
+        admin, why = self._admin()
+        return Ok(await asyncio.to_thread(panel.try_tool, admin, why, tool, {} if arguments is None else arguments))
+
+    @ui.action(label=tr("actions.restartServer.label", default="Restart"), tone="warning", group="servers", order=20, refresh_context=True)
+    @plugin_entry(
+        id="restart_server",
+        name=tr("entries.restartServer.name", default="Restart an MCP server"),
+        description=tr(
+            "entries.restartServer.description",
+            default="Stops one MCP server of neko-sidecar and starts it again at once; its tools stay registered.",
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {"server": {"type": "string", "description": tr("entries.restartServer.fields.server", default="The MCP server's name")}},
+            "required": ["server"],
+        },
+    )
+    async def restart_server(self, server: str, **_):
+        admin, why = self._admin()
+        return Ok(await asyncio.to_thread(panel.restart_server, admin, why, server))
+
+    @ui.action(label=tr("actions.toolsFolder.label", default="Tools folder"), group="files", order=30, refresh_context=False)
+    @plugin_entry(
+        id="tools_folder",
+        name=tr("entries.toolsFolder.name", default="Show the tools folder"),
+        description=tr("entries.toolsFolder.description", default="Where neko-sidecar's tool manifests and its config are on this machine."),
+        input_schema={"type": "object", "properties": {}},
+    )
+    async def tools_folder(self, **_):
+        return Ok({"ok": True, "tools_folder": str(Path(self.data_path("tools"))), "config_path": str(self._agent_toml())})
+
+    @ui.action(label=tr("actions.openInspector.label", default="Open the inspector"), group="files", order=40, refresh_context=False)
+    @plugin_entry(
+        id="open_inspector",
+        name=tr("entries.openInspector.name", default="Open the inspector page"),
+        description=tr("entries.openInspector.description", default="Opens neko-sidecar's inspector page in the browser."),
+        input_schema={"type": "object", "properties": {}},
+    )
+    async def open_inspector(self, **_):
+        address, why = panel.admin_address(self._agent_toml())
+        if address is None:
+            return Ok({"ok": False, "error": panel.error(why or "errors.adminOff")})
+        url = f"http://{address}/"
+        # N.E.K.O is a desktop program: the page opens in the user's browser
+        # (on this machine, as the sidecar's listener is loopback only).
+        opened = await asyncio.to_thread(webbrowser.open, url)
+        return Ok({"ok": True, "url": url, "opened": bool(opened)})

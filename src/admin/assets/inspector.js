@@ -15,6 +15,57 @@
   const $ = (id) => document.getElementById(id);
   const REFRESH_MS = 1000;
 
+  // --- The user's language -------------------------------------------------
+
+  // The page is rendered in English; in the browser's language (one of the
+  // catalogue's locales, the same files as the N.E.K.O plugin's panel),
+  // every element with a data-i18n key gets its text from the catalogue.
+  // What the model reads, and what a tool or the sidecar wrote, stays as is.
+  const locales = document.querySelector('meta[name="neko-locales"]').content.split(",");
+  let messages = {};
+
+  function pickLocale() {
+    for (const wanted of navigator.languages || [navigator.language || "en"]) {
+      const w = String(wanted);
+      const exact = locales.find((l) => l.toLowerCase() === w.toLowerCase());
+      if (exact) return exact;
+      const lower = w.toLowerCase();
+      if (lower.startsWith("zh")) {
+        return /^zh-(tw|hk|mo|hant)/.test(lower) ? "zh-TW" : "zh-CN";
+      }
+      const base = locales.find((l) => l === lower.split("-")[0]);
+      if (base) return base;
+    }
+    return "en";
+  }
+
+  // The text of `key`, with {name} filled from `params`; `fallback` (the
+  // English) when the catalogue lacks it.
+  function tr(key, fallback, params) {
+    const text = typeof messages[key] === "string" ? messages[key] : fallback;
+    return text.replace(/\{(\w+)\}/g, (m, name) => (params && name in params ? String(params[name]) : m));
+  }
+
+  function translate(root) {
+    for (const e of root.querySelectorAll("[data-i18n]")) {
+      const text = messages[e.getAttribute("data-i18n")];
+      if (typeof text === "string") e.textContent = text;
+    }
+  }
+
+  async function loadLanguage() {
+    const locale = pickLocale();
+    document.documentElement.lang = locale;
+    if (locale === "en") return;
+    try {
+      const res = await fetch("/i18n/" + locale);
+      if (res.ok) messages = await res.json();
+    } catch (e) {
+      return;
+    }
+    translate(document);
+  }
+
   // --- The status part -------------------------------------------------
 
   async function refreshStatus() {
@@ -23,6 +74,7 @@
       if (!res.ok) throw new Error("HTTP " + res.status);
       const html = await res.text();
       $("status").innerHTML = html;
+      translate($("status"));
       $("live").textContent = "live";
       $("live").classList.remove("lost");
     } catch (e) {
@@ -294,7 +346,7 @@
         showError(answer.error || "HTTP " + res.status);
       } else if (!answer.called) {
         showResult(
-          "Not called: the arguments do not match the schema. A model's call would get this answer:",
+          tr("try.notCalled", "Not called: the arguments do not match the schema. A model's call would get this answer:"),
           answer.message,
           true,
           "Fix the arguments, or tick the box to call anyway.",
@@ -311,7 +363,7 @@
         for (const w of a.warnings || []) meta.push("warning: " + w);
         const raw = answer.raw ? "HTTP " + answer.raw.status + "\n" + pretty(answer.raw.body) : "(no answer came)";
         showResult(
-          a.is_error ? "What the model reads (the call failed)" : "What the model reads",
+          a.is_error ? tr("try.readsFailure", "What the model reads (the call failed)") : tr("try.reads", "What the model reads"),
           a.model_text,
           a.is_error,
           meta.join(" · "),
@@ -323,6 +375,83 @@
     } finally {
       $("call").disabled = false;
     }
+  }
+
+  // --- The call history ------------------------------------------------------
+
+  // Newest first; only what is newer than the newest held is asked for.
+  let calls = [];
+  let capacity = 0;
+
+  function text(tag, value, cls) {
+    const e = document.createElement(tag);
+    e.textContent = value;
+    if (cls) e.className = cls;
+    return e;
+  }
+
+  function cutText(cut) {
+    return cut.cut ? cut.text + " … " + tr("calls.cut", "(cut: {bytes} bytes in all)", { bytes: cut.bytes }) : cut.text;
+  }
+
+  function renderCall(c) {
+    const d = document.createElement("details");
+    d.className = "call";
+    d.setAttribute("data-seq", String(c.seq));
+    const s = document.createElement("summary");
+    s.append(
+      text("span", c.at + " "),
+      text("code", c.tool),
+      text("span", " " + (c.role || tr("tools.allRoles", "all roles")) + " · "),
+      text("span", c.outcome, c.is_error ? "bad" : "ok"),
+      text("span", " · " + tr("common.ms", "{ms} ms", { ms: c.duration_ms }))
+    );
+    d.append(s);
+    d.append(text("h3", tr("calls.arguments", "Arguments")), text("pre", cutText(c.arguments)));
+    d.append(text("h3", tr("calls.modelRead", "What the model read")), text("pre", cutText(c.answer)));
+    for (const p of c.pictures || []) {
+      // Only the two picture types main_server takes become an image.
+      if (p.data_b64 && (p.mime === "image/png" || p.mime === "image/jpeg")) {
+        const img = document.createElement("img");
+        img.className = "picture";
+        img.alt = tr("try.picture", "a picture ({mime}, {bytes} bytes of base64)", p);
+        img.src = "data:" + p.mime + ";base64," + p.data_b64;
+        d.append(img);
+      } else {
+        d.append(text("p", tr("calls.pictureNotKept", "a picture ({mime}, {bytes} bytes of base64), no longer kept", p), "hint"));
+      }
+    }
+    return d;
+  }
+
+  async function refreshCalls() {
+    let view;
+    try {
+      const res = await fetch("/ui/calls", {
+        method: "POST",
+        headers: { "content-type": "application/json", "x-neko-token": token },
+        body: JSON.stringify({ since: calls.length ? calls[0].seq : 0 }),
+      });
+      if (!res.ok) return;
+      view = await res.json();
+    } catch (e) {
+      return;
+    }
+    capacity = view.capacity;
+    if (capacity === 0) {
+      $("calls-note").textContent = tr("calls.off", "The call history is off ([admin] call_history = 0 in agent.toml).");
+      $("call-list").replaceChildren();
+      return;
+    }
+    if (view.calls.length === 0) {
+      if (calls.length === 0) $("call-list").replaceChildren(text("p", tr("calls.empty", "The model has called no tool yet."), "hint"));
+      return;
+    }
+    if (calls.length === 0) $("call-list").replaceChildren();
+    calls = view.calls.concat(calls).slice(0, capacity);
+    const list = $("call-list");
+    for (const c of view.calls.slice().reverse()) list.prepend(renderCall(c));
+    while (list.children.length > capacity) list.lastElementChild.remove();
   }
 
   // --- Wiring ----------------------------------------------------------------
@@ -345,6 +474,11 @@
     }
     refreshTools();
     setInterval(refreshTools, 3 * REFRESH_MS);
+  }
+  loadLanguage();
+  if (token) {
+    refreshCalls();
+    setInterval(refreshCalls, REFRESH_MS);
   }
   setInterval(refreshStatus, REFRESH_MS);
 })();

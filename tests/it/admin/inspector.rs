@@ -340,7 +340,7 @@ async fn a_bad_edit_and_a_conflict_show_on_the_page_with_their_reasons() {
     let (_, part) = run.get("/ui/status").await;
     assert!(part.contains("held by <code>plugin:other</code>"), "{part}");
     assert!(
-        part.contains(r#"<span class="state bad">conflict</span>"#),
+        part.contains(r#"<span class="state bad" data-i18n="state.conflict">conflict</span>"#),
         "{part}"
     );
 

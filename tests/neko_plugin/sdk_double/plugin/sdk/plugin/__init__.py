@@ -20,11 +20,28 @@ kinder than it:
   (upstream's resolvers, plugin/sdk/shared/core/base_runtime.py, read the
   host's context the same way); it creates no directory the real one
   would not (data_path() only names a path).
+- Hosted UI (docs/plugins/hosted-ui.md @685f1382): ``ui.context(*, id="main",
+  title=None)`` and ``ui.action(*, id=None, label=None, icon=None,
+  tone="default", group=None, order=0, confirm=False,
+  refresh_context=True)`` set their metadata dicts on the function
+  (``__neko_ui_context__``, ``__neko_ui_action__``; plugin/sdk/plugin/ui.py
+  @685f1382), which the host finds (plugin/core/host.py:700-790);
+  ``plugin_entry(*, id, name, description, input_schema, ...)`` marks an
+  entry (event type "plugin_entry"); ``tr(key, *, default="", **params)``
+  is the JSON-compatible reference ``{"$i18n": key, "default": ...}``
+  (plugin/sdk/shared/i18n.py @685f1382); ``Ok(value)`` the result type
+  (plugin/sdk/shared/models/result.py); ``self.i18n`` the plugin's
+  catalogue from ``[plugin.i18n]`` (i18n/<locale>.json beside plugin.toml)
+  with upstream's fallback order (the locale, its base, zh-CN for any
+  Chinese, the default locale, en).
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Literal
 
 # plugin/sdk/shared/constants.py @685f1382
@@ -67,12 +84,92 @@ def lifecycle(
     return wrap
 
 
+UI_CONTEXT_META_ATTR = "__neko_ui_context__"
+UI_ACTION_META_ATTR = "__neko_ui_action__"
+I18N_REF_KEY = "$i18n"
+
+
+def _ui_context(*, id: str = "main", title: object | None = None):
+    def wrap(fn):
+        setattr(fn, UI_CONTEXT_META_ATTR, {"id": str(id or "main"), "title": title})
+        return fn
+
+    return wrap
+
+
+def _ui_action(*, id: str | None = None, label: object | None = None, icon: str | None = None, tone: str = "default", group: str | None = None, order: int = 0, confirm: object = False, refresh_context: bool = True):
+    def wrap(fn):
+        setattr(fn, UI_ACTION_META_ATTR, {"id": id, "label": label, "icon": icon, "tone": tone, "group": group, "order": int(order), "confirm": confirm, "refresh_context": bool(refresh_context)})
+        return fn
+
+    return wrap
+
+
+ui = SimpleNamespace(context=_ui_context, action=_ui_action, UI_CONTEXT_META_ATTR=UI_CONTEXT_META_ATTR, UI_ACTION_META_ATTR=UI_ACTION_META_ATTR)
+
+
+def tr(key: str, *, default: str = "", **params: Any) -> dict[str, Any]:
+    key = str(key or "").strip()
+    if not key:
+        raise ValueError("i18n key must be non-empty")
+    ref: dict[str, Any] = {I18N_REF_KEY: key}
+    if default:
+        ref["default"] = str(default)
+    if params:
+        ref["params"] = dict(params)
+    return ref
+
+
+def plugin_entry(*, id: str | None = None, name: object | None = None, description: object = "", input_schema: dict | None = None, **_rest):
+    def wrap(fn):
+        setattr(fn, EVENT_META_ATTR, EventMeta(event_type="plugin_entry", id=id or fn.__name__, name=name or id, description=description, metadata={"input_schema": input_schema or {}}))
+        return fn
+
+    return wrap
+
+
+@dataclass(frozen=True)
+class Ok:
+    value: Any
+
+
+class PluginI18n:
+    def __init__(self, messages: dict[str, dict], default_locale: str = "en"):
+        self.messages = messages
+        self.default_locale = default_locale
+
+    def t(self, key: str, *, locale: str | None = None, default: str = "", **params: object) -> str:
+        candidates = []
+        for c in [locale, locale.split("-", 1)[0] if locale and "-" in locale else None, "zh-CN" if locale and locale.lower().startswith("zh") else None, self.default_locale, "en"]:
+            if c and c not in candidates:
+                candidates.append(c)
+        for c in candidates:
+            value = self.messages.get(c, {}).get(key)
+            if isinstance(value, str):
+                return value.format(**params) if params else value
+        return default or key
+
+
 class NekoPluginBase:
     def __init__(self, ctx):
         self._host_ctx = ctx
         self.ctx = ctx
         self.logger = ctx.logger
         self._static_ui_config: dict[str, Any] | None = None
+        self.i18n = self._load_i18n()
+
+    def _load_i18n(self) -> PluginI18n:
+        import tomllib
+
+        try:
+            meta = tomllib.loads((self.plugin_dir / "plugin.toml").read_text(encoding="utf-8")).get("plugin", {}).get("i18n", {})
+        except (OSError, tomllib.TOMLDecodeError):
+            meta = {}
+        folder = self.plugin_dir / str(meta.get("locales_dir") or "i18n")
+        messages = {}
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            messages[path.stem] = json.loads(path.read_text(encoding="utf-8"))
+        return PluginI18n(messages, str(meta.get("default_locale") or "en"))
 
     @property
     def plugin_id(self) -> str:
