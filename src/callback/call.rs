@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use super::envelope::{Envelope, normalise};
 use super::handler::{self, HandlerContext, HandlerError, Invocation};
 use super::images;
-use super::limits::call_budget;
+use super::limits::{call_budget, seconds};
 use super::routes::Route;
 use super::stats::Outcome;
 use super::validate::{check_arguments, parse_request};
