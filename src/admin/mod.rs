@@ -21,6 +21,7 @@ mod call_cmd;
 mod client;
 mod inspector;
 mod metrics;
+mod oauth_routes;
 mod page;
 mod prom;
 mod readiness;

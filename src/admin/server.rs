@@ -20,6 +20,7 @@
 //! | `GET /readyz` | 200 `{"ready":true,"reasons":[]}`, or 503 with the reasons |
 //! | `GET /status` | 200, the JSON of `view.rs` |
 //! | `GET /metrics` | 200, Prometheus text format 0.0.4 |
+//! | `GET /oauth/login/{name}`, `GET /oauth/callback`, `POST /oauth/logout/{name}` | an MCP server's sign-in (`oauth_routes.rs`) |
 //! | anything else | 404 |
 
 use std::net::SocketAddr;
@@ -61,6 +62,8 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> Result<(), AdminError> {
     let addr = listener.local_addr().map_err(AdminError::LocalAddr)?;
+    // Sign-ins come back here (RFC 8252's loopback redirect).
+    state.mcp.oauth().set_admin(addr);
     let app = router(Arc::new(state));
     tracing::info!(
         %addr,
@@ -137,6 +140,9 @@ fn router(state: Arc<AdminState>) -> Router {
         .route("/ui/status", get(inspector::status_part))
         .route("/ui/tools", get(inspector::tools))
         .route("/ui/call", post(inspector::call))
+        .route("/oauth/login/{name}", get(super::oauth_routes::login))
+        .route("/oauth/callback", get(super::oauth_routes::callback))
+        .route("/oauth/logout/{name}", post(super::oauth_routes::logout))
         .fallback(not_found)
         .layer(middleware::from_fn(inspector::security_headers))
         .layer(middleware::from_fn(guard))

@@ -15,6 +15,9 @@
 //! no-op.
 
 mod process;
+mod state;
+
+pub(crate) use state::{is_owner_only, state_dir, write_private};
 
 pub(crate) use process::{
     ProcessTree, forget_resolved_programs, resolve_program, resolve_program_cached,
