@@ -1066,9 +1066,9 @@ mod tests {
         );
         // RFC 7636, appendix B.
         let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(
-            sha2::Sha256::digest(b"dBjftJeZ4CVP-mJ0kjXHyDHgOdfVosS-fPGRP-G4k4E"),
+            sha2::Sha256::digest(b"dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"),
         );
-        assert_eq!(challenge, "E9Melhoa2OwvFrEYWy5N9ZkZZx5Gv9RqOd8IqzTa2Bs");
+        assert_eq!(challenge, "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM");
     }
 
     #[test]
