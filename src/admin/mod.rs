@@ -17,6 +17,7 @@
 //! makes through `call_cmd`), `server` (HTTP), `client` (finding and reading a
 //! running sidecar's endpoints), `status_cmd` and `call_cmd` (the commands).
 
+mod auth_cmd;
 mod call_cmd;
 mod client;
 mod inspector;
@@ -31,6 +32,9 @@ mod status_cmd;
 mod time;
 mod view;
 
+pub(crate) use auth_cmd::{
+    describe as describe_sign_in, list as auth_list, login as auth_login, logout as auth_logout,
+};
 pub(crate) use call_cmd::{CallOptions, call};
 pub use sample::{AdminState, Sample};
 pub use server::{AdminError, serve, spawn, start_for};

@@ -181,7 +181,7 @@ impl StreamableHttpClient for RemoteHttp {
                 session_id.clone(),
                 auth_header.clone(),
                 custom_headers.clone(),
-                limits.clone(),
+                limits,
             )
             .await;
         let unauthorized = matches!(r, Err(StreamableHttpError::AuthRequired(_)));

@@ -615,7 +615,11 @@ impl Session {
         let mut streamable_failed = None;
         // A refreshed token is tried at once, once.
         let mut renewed = false;
-        while !sse_first {
+        // Only a refreshed token goes round again.
+        'streamable: loop {
+            if sse_first {
+                break 'streamable;
+            }
             // Each try on a session of its own: nothing abandoned on one
             // can answer on the next.
             let open =
@@ -640,7 +644,7 @@ impl Session {
                 match auth.unauthorized(challenge).await {
                     super::oauth::Unauthorized::Retry if !renewed => {
                         renewed = true;
-                        continue;
+                        continue 'streamable;
                     }
                     super::oauth::Unauthorized::Retry => {
                         return Err(format!(
@@ -680,7 +684,7 @@ impl Session {
                     return Err(format!("cannot connect to {shown}: {}", why(e)));
                 }
             }
-            break;
+            break 'streamable;
         }
         // The HTTP+SSE transport is of the 2024-11-05 generation: its
         // servers are greeted with `initialize`, never `server/discover`.

@@ -14,10 +14,12 @@
 //! loader turns into a `check` error, never a compile error or a silent
 //! no-op.
 
+mod browser;
 mod process;
 mod state;
 
-pub(crate) use state::{is_owner_only, state_dir, write_private};
+pub(crate) use browser::open_browser;
+pub(crate) use state::{state_dir, write_private};
 
 pub(crate) use process::{
     ProcessTree, forget_resolved_programs, resolve_program, resolve_program_cached,

@@ -73,24 +73,6 @@ pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     result
 }
 
-/// Whether only the owner may read `path` (on Windows, where a file in the
-/// user's local application data inherits an ACL of the user, SYSTEM and
-/// administrators: always).
-pub(crate) fn is_owner_only(path: &Path) -> std::io::Result<bool> {
-    owner_only(&std::fs::metadata(path)?)
-}
-
-#[cfg(unix)]
-fn owner_only(meta: &std::fs::Metadata) -> std::io::Result<bool> {
-    use std::os::unix::fs::PermissionsExt as _;
-    Ok(meta.permissions().mode() & 0o077 == 0)
-}
-
-#[cfg(not(unix))]
-fn owner_only(_meta: &std::fs::Metadata) -> std::io::Result<bool> {
-    Ok(true)
-}
-
 #[cfg(unix)]
 fn open_private(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt as _;
@@ -146,7 +128,12 @@ mod tests {
         write_private(&path, b"first").unwrap();
         write_private(&path, b"second").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"second");
-        assert!(is_owner_only(&path).unwrap());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        }
         let left: Vec<_> = std::fs::read_dir(path.parent().unwrap())
             .unwrap()
             .map(|e| e.unwrap().file_name())

@@ -40,7 +40,7 @@ use url::Url;
 
 use self::discovery::{Challenge, ResourceMetadata, ServerMetadata};
 use self::store::{Client, Entry, Store, Tokens};
-use crate::manifest::{HttpOptions, McpServerSpec, McpTransport, OAuthOptions};
+use crate::manifest::{HttpOptions, McpServerSpec, McpTransport};
 
 /// How long a sign-in link, once opened, may take to come back.
 const PENDING_FOR: Duration = Duration::from_secs(600);
@@ -307,7 +307,9 @@ impl OAuth {
             self.store.put(name, Some(e))?;
         }
         if let Some(a) = &auth {
-            a.lock().entry.as_mut().map(|e| e.tokens = None);
+            if let Some(e) = a.lock().entry.as_mut() {
+                e.tokens = None;
+            }
             a.set_needs(None);
         }
         if said.is_empty() {
@@ -324,10 +326,6 @@ impl OAuth {
             .into_iter()
             .map(|(n, e)| (n, sign_in_of(Some(&e), None, None)))
             .collect()
-    }
-
-    pub(crate) fn store(&self) -> &Store {
-        &self.store
     }
 }
 
@@ -918,15 +916,6 @@ impl ServerAuth {
     /// and timeouts.
     fn client_for(&self, url: &Url) -> Result<reqwest::Client, String> {
         crate::tls::server_client(url, &self.options).map(|c| c.http)
-    }
-
-    /// Everything of this sign-in that must never be shown.
-    pub(crate) fn secrets(&self) -> Vec<String> {
-        let mut out: Vec<String> = self.options.oauth.client_secret.iter().cloned().collect();
-        if let Some(e) = &self.lock().entry {
-            out.extend(e.secrets());
-        }
-        out
     }
 }
 

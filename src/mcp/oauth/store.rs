@@ -86,8 +86,6 @@ struct File {
 /// The file, read once and written through.
 pub(crate) struct Store {
     path: Option<PathBuf>,
-    /// Why there is no file (no state directory), for the reasons shown.
-    why_none: Option<String>,
     entries: Mutex<BTreeMap<String, Entry>>,
 }
 
@@ -102,7 +100,6 @@ impl Store {
                 tracing::warn!("sign-ins are kept in memory only: {why}");
                 Self {
                     path: None,
-                    why_none: Some(why),
                     entries: Mutex::default(),
                 }
             }
@@ -132,17 +129,8 @@ impl Store {
         }
         Self {
             path: Some(path),
-            why_none: None,
             entries: Mutex::new(entries),
         }
-    }
-
-    pub(crate) fn path(&self) -> Option<&PathBuf> {
-        self.path.as_ref()
-    }
-
-    pub(crate) fn why_none(&self) -> Option<&str> {
-        self.why_none.as_deref()
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<Entry> {
