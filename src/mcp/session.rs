@@ -296,6 +296,12 @@ impl Session {
             }),
             Err(e) => {
                 self.broken.notify_one();
+                // A refresh refused during the call: the user must sign in.
+                if let Some(auth) = &self.auth
+                    && auth.needs_sign_in()
+                {
+                    return Err(CallError::Unavailable(auth.sign_in_message()));
+                }
                 Err(CallError::Lost(self.scrub(&e.to_string())))
             }
         }

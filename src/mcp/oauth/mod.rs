@@ -851,6 +851,10 @@ impl ServerAuth {
                 form.push(("client_secret", secret.clone()));
             }
             Some(secret) => {
+                // The id in the form too: it is no second authentication
+                // (no secret), and some servers (the Python SDK's) find
+                // the client by it.
+                form.push(("client_id", client.client_id.clone()));
                 req = req.basic_auth(form_encode(&client.client_id), Some(form_encode(secret)));
             }
             None => form.push(("client_id", client.client_id.clone())),
@@ -942,7 +946,10 @@ async fn revoke(
     ];
     let mut req = http.post(url);
     match &client.client_secret {
-        Some(s) => req = req.basic_auth(form_encode(&client.client_id), Some(form_encode(s))),
+        Some(s) => {
+            form.push(("client_id", client.client_id.clone()));
+            req = req.basic_auth(form_encode(&client.client_id), Some(form_encode(s)));
+        }
         None => form.push(("client_id", client.client_id.clone())),
     }
     let body = url::form_urlencoded::Serializer::new(String::new())
