@@ -440,8 +440,16 @@ async fn servers_that_cannot_be_signed_in_to_say_why_and_a_configured_client_sig
     let no_s256 = PyOAuthServer::start(&["--no-s256"]).await;
     let no_reg = PyOAuthServer::start(&["--no-registration"]).await;
     let redirect = format!("http://127.0.0.1:{admin_port}/oauth/callback");
-    let configured =
-        PyOAuthServer::start(&["--no-registration", "--client-redirect", &redirect]).await;
+    let configured = PyOAuthServer::start(&[
+        "--no-registration",
+        "--client-redirect",
+        &redirect,
+        // Tokens that live 30 s: within a minute of expiry, each is
+        // refreshed before it is used, before any 401.
+        "--ttl",
+        "30",
+    ])
+    .await;
     let manifest = format!(
         "{}{}{}{}[mcp_server.oauth]\nclient_id = \"configured-client\"\nclient_secret = \"${{NEKO_TEST_OAUTH_SECRET}}\"\n",
         crate::support::mcp::http_server("mismatch", &mismatch.url, ""),
@@ -490,5 +498,10 @@ async fn servers_that_cannot_be_signed_in_to_say_why_and_a_configured_client_sig
     .await;
     let a = invoke(&rig.h, call("configured_whoami", json!({}))).await;
     assert!(a.model_text.contains("configured-client"), "{a:#?}");
+    let log = configured.log().await;
+    assert!(
+        log["refreshes"].as_u64() >= Some(1),
+        "refreshed before expiry: {log:#}"
+    );
     nothing_planted(&rig.surfaces().await, &[]);
 }
