@@ -1,9 +1,9 @@
 //! Finding and reading a running sidecar's admin endpoints, for the
-//! `status` and `call` commands.
+//! `status`, `call` and `auth` commands.
 //!
 //! The address comes from `--admin`, or else from the agent config's
-//! `[admin] listen`. This module only reads: it never changes anything on
-//! the sidecar (the admin endpoints have no write route anyway).
+//! `[admin] listen`. It reads, but for `auth`'s sign-in routes (a sign-in
+//! started or finished, a logout), which the sidecar carries out.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -7,7 +7,8 @@
 //! the user visits from calling tools, so a DNS-rebinding page must not
 //! read them. Every answer carries a Content-Security-Policy without inline
 //! script. Handlers take one [`Sample`](super::Sample) and render it; the
-//! server never changes the daemon's state.
+//! server never changes the daemon's state, but for an MCP server's
+//! sign-in, which its `/oauth/*` routes hand to `mcp::oauth`.
 //!
 //! | route | answer |
 //! |---|---|
