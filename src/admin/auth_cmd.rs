@@ -55,22 +55,11 @@ pub(crate) async fn login(
             let _ = tx.blocking_send(line);
         }
     });
-    loop {
-        tokio::select! {
-            line = rx.recv() => {
-                let Some(line) = line.filter(|l| !l.trim().is_empty()) else {
-                    // stdin ended: wait for the browser alone.
-                    let never = std::future::pending::<()>();
-                    tokio::select! {
-                        () = never => {}
-                        r = wait_signed_in(&client, name) => return r,
-                    }
-                    continue;
-                };
-                return finish_pasted(&client, &base, name, line.trim()).await;
-            }
-            r = wait_signed_in(&client, name) => return r,
-        }
+    // stdin ended without a line: the browser alone can finish.
+    let pasted = async { rx.recv().await.filter(|l| !l.trim().is_empty()) };
+    tokio::select! {
+        Some(line) = pasted => finish_pasted(&client, &base, name, line.trim()).await,
+        r = wait_signed_in(&client, name) => r,
     }
 }
 

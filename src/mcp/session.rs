@@ -369,15 +369,16 @@ impl Session {
             });
             // A server waiting for a sign-in is tried again once the user
             // signed in, not on a timer: without one it can only say 401.
+            let waits = self.auth.as_ref().is_some_and(|a| a.waits_for_user());
             let signed_in = async {
                 match &self.auth {
-                    Some(a) if a.needs_sign_in() => a.signed_in.notified().await,
-                    _ => std::future::pending().await,
+                    Some(a) => a.signed_in.notified().await,
+                    None => std::future::pending().await,
                 }
             };
             tokio::select! {
                 () = self.stop.cancelled() => break,
-                () = tokio::time::sleep(delay), if !self.auth.as_ref().is_some_and(|a| a.needs_sign_in()) => {}
+                () = tokio::time::sleep(delay), if !waits => {}
                 () = signed_in => retry.reset(),
             }
         }

@@ -175,7 +175,10 @@ impl OAuth {
             "the admin listener is off ([admin] listen = \"\"), and a sign-in comes back to it: turn it on".to_string()
         })?;
         let entry = auth.prepared(&redirect_uri).await?;
-        let client = entry.client.clone().ok_or("no client")?;
+        let client = entry
+            .client
+            .clone()
+            .ok_or("no client could be made for the sign-in")?;
         let verifier = random_text(32)?;
         let state = random_text(16)?;
         let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -378,37 +381,37 @@ impl ServerAuth {
     /// The sign-in as operators see it; `None` while nothing is known
     /// (never challenged, never signed in).
     pub(crate) fn status(&self) -> Option<SignIn> {
-        let st = self.lock();
         let link = self.hub.upgrade().and_then(|h| h.link(&self.name));
-        if st.entry.as_ref().and_then(|e| e.tokens.as_ref()).is_none()
-            && st.needs.is_none()
-            && st.refused.is_none()
-        {
+        let st = self.lock();
+        if let Some(why) = &st.refused {
+            return Some(SignIn {
+                state: "refused".into(),
+                link: None,
+                reason: Some(why.clone()),
+                expires_at: None,
+                refreshable: false,
+            });
+        }
+        let signed_in = st.entry.as_ref().is_some_and(|e| e.tokens.is_some());
+        if !signed_in && st.needs.is_none() {
             return None;
         }
-        Some(sign_in_of(
-            st.entry.as_ref(),
-            st.needs.as_deref().or(st.refused.as_deref().map(|_| "")),
-            if st.refused.is_some() {
-                st.refused.clone()
-            } else {
-                link
-            },
-        ))
-        .map(|mut s| {
-            if st.refused.is_some() {
-                s.state = "refused".into();
-                s.reason = st.refused.clone();
-                s.link = None;
-            }
-            s
-        })
+        Some(sign_in_of(st.entry.as_ref(), st.needs.as_deref(), link))
     }
 
-    /// Whether the server waits for a sign-in (calls answer so).
+    /// Whether a call cannot be made until something is done about the
+    /// sign-in (calls answer so).
     pub(crate) fn needs_sign_in(&self) -> bool {
         let st = self.lock();
         st.needs.is_some() || st.refused.is_some()
+    }
+
+    /// Whether the session waits for the user's sign-in rather than
+    /// trying again on its backoff (a refused configuration is tried
+    /// again: the service may change).
+    pub(crate) fn waits_for_user(&self) -> bool {
+        let st = self.lock();
+        st.needs.is_some() && st.refused.is_none()
     }
 
     /// What a call answers while a sign-in is needed: short, for the
@@ -469,7 +472,10 @@ impl ServerAuth {
                 .as_ref()
                 .and_then(|e| e.tokens.as_ref())
                 .map(|t| t.access_token.clone()),
-            Err(_) => None,
+            // Not refreshed now (the authorization server unreachable):
+            // the token may still be good for its last minute.
+            Err(RefreshError::Transient(_)) => Some(token),
+            Err(RefreshError::Refused(_)) => None,
         }
     }
 
@@ -496,7 +502,7 @@ impl ServerAuth {
                 Ok(()) => return Unauthorized::Retry,
                 Err(RefreshError::Transient(why)) => {
                     return Unauthorized::NeedsSignIn(format!(
-                        "the server refused its access token and the refresh failed ({why})"
+                        "the server refused its access token, and it could not be refreshed now ({why}): trying again"
                     ));
                 }
                 Err(RefreshError::Refused(_)) => {}
@@ -602,15 +608,17 @@ impl ServerAuth {
             client: previous.as_ref().and_then(|e| e.client.clone()),
             tokens: previous.and_then(|e| e.tokens),
         };
-        entry.client = Some(
-            self.identity(&entry, redirect, scopes_hint.as_deref())
-                .await?,
-        );
+        entry.client = self
+            .identity(&entry, redirect, scopes_hint.as_deref())
+            .await?;
         self.lock().challenge = challenge.map(|mut c| {
             c.scope = scopes_hint;
             c
         });
-        if let Some(hub) = self.hub.upgrade() {
+        // Kept when it holds something to reuse: a registration, tokens.
+        if let Some(hub) = self.hub.upgrade()
+            && (entry.tokens.is_some() || entry.client.as_ref().is_some_and(|c| c.registered))
+        {
             hub.store.put(&self.name, Some(entry.clone()))?;
         }
         Ok(entry)
@@ -618,27 +626,29 @@ impl ServerAuth {
 
     /// The client the authorization server knows us by: the configured
     /// one, else the one registered before (for the same redirect), else a
-    /// new registration (RFC 7591), else why there is none.
+    /// new registration (RFC 7591), else why there is none. `None`: a
+    /// registration is possible but waits for the redirect to be known
+    /// (`check --probe` has no admin listener).
     async fn identity(
         &self,
         entry: &Entry,
         redirect: Option<&str>,
         scope: Option<&str>,
-    ) -> Result<Client, String> {
+    ) -> Result<Option<Client>, String> {
         let o = &self.options.oauth;
         if let Some(id) = &o.client_id {
-            return Ok(Client {
+            return Ok(Some(Client {
                 client_id: id.clone(),
                 client_secret: o.client_secret.clone(),
                 redirect_uri: redirect.unwrap_or_default().to_string(),
                 registered: false,
-            });
+            }));
         }
         if let Some(c) = &entry.client
             && c.registered
             && redirect.is_none_or(|r| r == c.redirect_uri)
         {
-            return Ok(c.clone());
+            return Ok(Some(c.clone()));
         }
         let Some(endpoint) = &entry.metadata.registration_endpoint else {
             return Err(format!(
@@ -647,8 +657,7 @@ impl ServerAuth {
             ));
         };
         let Some(redirect) = redirect else {
-            // The registration waits for the admin listener's address.
-            return Err("the admin listener is off ([admin] listen = \"\"), and a sign-in comes back to it: turn it on".into());
+            return Ok(None);
         };
         let mut body = serde_json::json!({
             "client_name": CLIENT_NAME,
@@ -694,12 +703,12 @@ impl ServerAuth {
             crate::logging::keep_out(std::slice::from_ref(s));
         }
         tracing::info!(mcp_server = %self.name, "registered as a client of its authorization server (RFC 7591); kept for the next sign-ins");
-        Ok(Client {
+        Ok(Some(Client {
             client_id: r.client_id,
             client_secret: r.client_secret,
             redirect_uri: redirect.to_string(),
             registered: true,
-        })
+        }))
     }
 
     /// The scope to ask for: configured, else the challenge's, else the
