@@ -244,6 +244,20 @@ async fn a_server_that_needs_oauth_is_signed_in_once_refreshed_and_kept_across_r
         "{s:#}"
     );
 
+    // `check --probe` says so too, and how to sign in.
+    let o = tokio::process::Command::new(BIN)
+        .args(["check", "--probe", "--config"])
+        .arg(&rig.config)
+        .env("STATE_DIRECTORY", &rig.state)
+        .output()
+        .await
+        .unwrap();
+    let probe = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        probe.contains("needs a sign-in") && probe.contains("neko-sidecar auth login notes"),
+        "{probe}"
+    );
+
     // Signed in: its tools registered with the stand-in, and called.
     let link = s["sign_in"]["link"].as_str().unwrap().to_string();
     let redirect = rig.consent(&link).await;
@@ -416,6 +430,12 @@ async fn a_server_that_needs_oauth_is_signed_in_once_refreshed_and_kept_across_r
         })
         .unwrap_or_default();
     let mut surfaces = rig.surfaces().await;
+    let list = &surfaces.iter().find(|(w, _)| w == "auth list").unwrap().1;
+    assert!(
+        list.contains("notes: signed in, access token valid until")
+            && list.contains("renewed by its refresh token"),
+        "{list}"
+    );
     surfaces.push(("the model's error".into(), a.model_text.clone()));
     nothing_planted(&surfaces, &verifiers);
 
@@ -505,5 +525,35 @@ async fn servers_that_cannot_be_signed_in_to_say_why_and_a_configured_client_sig
         log["refreshes"].as_u64() >= Some(1),
         "refreshed before expiry: {log:#}"
     );
+    nothing_planted(&rig.surfaces().await, &[]);
+}
+
+/// The legacy HTTP+SSE transport signs in the same way: its GET answered
+/// 401, discovery at the well-known URIs, the token on the GET and the
+/// POSTs; an expired token refreshed when the stream is opened again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_sse_server_that_needs_oauth_is_signed_in_and_called() {
+    let py = PyOAuthServer::start(&["--sse"]).await;
+    let manifest = crate::support::mcp::http_server("old", &py.url, "transport = \"sse\"");
+    let rig = Rig::start(&manifest, &[], refused_port()).await;
+    rig.sign_in("old").await;
+    wait_stand_in(&rig.h, "old's tools registered", |h| {
+        h.registry_snapshot().roles[0]
+            .tools
+            .iter()
+            .any(|t| t.name == "old_echo")
+    })
+    .await;
+    let s = rig
+        .wait_server("old", "ready", |s| s["phase"] == "ready")
+        .await;
+    assert!(
+        s["transport"].as_str().unwrap().starts_with("sse "),
+        "{s:#}"
+    );
+    let a = invoke(&rig.h, call("old_echo", json!({"text": "over sse"}))).await;
+    assert!(!a.is_error && a.model_text.contains("over sse"), "{a:#?}");
+    let a = invoke(&rig.h, call("old_whoami", json!({}))).await;
+    assert!(!a.model_text.contains("nobody"), "{a:#?}");
     nothing_planted(&rig.surfaces().await, &[]);
 }

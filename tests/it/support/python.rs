@@ -187,7 +187,7 @@ impl PySseServer {
 /// killed when dropped.
 pub struct PyOAuthServer {
     _child: Child,
-    /// Its MCP endpoint, `http://127.0.0.1:PORT/mcp`.
+    /// Its MCP endpoint, `http://127.0.0.1:PORT/mcp` (`/sse` with `--sse`).
     pub url: String,
     /// `http://127.0.0.1:PORT`: its authorization server and test controls.
     pub base: String,
@@ -213,6 +213,7 @@ impl PyOAuthServer {
             .unwrap_or_else(|| panic!("oauth_server.py ended before printing its URL"));
         let base = url
             .strip_suffix("/mcp")
+            .or_else(|| url.strip_suffix("/sse"))
             .unwrap_or_else(|| panic!("unexpected first line {url:?}"))
             .to_string();
         Self {
