@@ -307,7 +307,7 @@ impl OAuth {
         }
         if let Some(mut e) = entry {
             e.tokens = None;
-            self.store.put(name, Some(e))?;
+            self.store.put(name, Some(e)).await?;
         }
         if let Some(a) = &auth {
             if let Some(e) = a.lock().entry.as_mut() {
@@ -619,7 +619,7 @@ impl ServerAuth {
         if let Some(hub) = self.hub.upgrade()
             && (entry.tokens.is_some() || entry.client.as_ref().is_some_and(|c| c.registered))
         {
-            hub.store.put(&self.name, Some(entry.clone()))?;
+            hub.store.put(&self.name, Some(entry.clone())).await?;
         }
         Ok(entry)
     }
@@ -763,14 +763,14 @@ impl ServerAuth {
                     format!("the authorization code could not be exchanged for tokens: {w}")
                 }
             })?;
-        self.keep(entry, tokens)?;
+        self.keep(entry, tokens).await?;
         Ok(())
     }
 
-    fn keep(&self, mut entry: Entry, tokens: Tokens) -> Result<(), String> {
+    async fn keep(&self, mut entry: Entry, tokens: Tokens) -> Result<(), String> {
         entry.tokens = Some(tokens);
         let hub = self.hub()?;
-        hub.store.put(&self.name, Some(entry.clone()))?;
+        hub.store.put(&self.name, Some(entry.clone())).await?;
         {
             let mut st = self.lock();
             st.entry = Some(entry);
@@ -798,7 +798,8 @@ impl ServerAuth {
             return Ok(()); // refreshed meanwhile
         }
         let Some(refresh_token) = tokens.refresh_token.clone() else {
-            self.refused_refresh(&entry, "it gave no refresh token");
+            self.refused_refresh(&entry, "it gave no refresh token")
+                .await;
             return Err(RefreshError::Refused("no refresh token".into()));
         };
         let client = entry
@@ -816,22 +817,22 @@ impl ServerAuth {
         {
             Ok(new) => {
                 tracing::info!(mcp_server = %self.name, "access token refreshed");
-                self.keep(entry, new).map_err(RefreshError::Transient)
+                self.keep(entry, new).await.map_err(RefreshError::Transient)
             }
             Err(RefreshError::Refused(why)) => {
-                self.refused_refresh(&entry, &why);
+                self.refused_refresh(&entry, &why).await;
                 Err(RefreshError::Refused(why))
             }
             Err(e) => Err(e),
         }
     }
 
-    fn refused_refresh(&self, entry: &Entry, why: &str) {
+    async fn refused_refresh(&self, entry: &Entry, why: &str) {
         tracing::warn!(mcp_server = %self.name, "its refresh was refused ({why}): it needs a new sign-in; its tools stay registered");
         let mut e = entry.clone();
         e.tokens = None;
         if let Some(hub) = self.hub.upgrade()
-            && let Err(w) = hub.store.put(&self.name, Some(e.clone()))
+            && let Err(w) = hub.store.put(&self.name, Some(e.clone())).await
         {
             tracing::error!(mcp_server = %self.name, "{w}");
         }

@@ -87,6 +87,9 @@ struct File {
 pub(crate) struct Store {
     path: Option<PathBuf>,
     entries: Mutex<BTreeMap<String, Entry>>,
+    /// One write at a time, each of the map as it is then: the last
+    /// write is of the last change.
+    writing: tokio::sync::Mutex<()>,
 }
 
 impl Store {
@@ -101,6 +104,7 @@ impl Store {
                 Self {
                     path: None,
                     entries: Mutex::default(),
+                    writing: tokio::sync::Mutex::new(()),
                 }
             }
         }
@@ -130,6 +134,7 @@ impl Store {
         Self {
             path: Some(path),
             entries: Mutex::new(entries),
+            writing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -141,27 +146,34 @@ impl Store {
         self.lock().clone()
     }
 
-    /// Sets (or, with `None`, removes) `name`'s entry and writes the file.
-    pub(crate) fn put(&self, name: &str, entry: Option<Entry>) -> Result<(), String> {
-        let mut all = self.lock();
-        match entry {
-            Some(e) => {
-                crate::logging::keep_out(&e.secrets());
-                all.insert(name.to_string(), e);
+    /// Sets (or, with `None`, removes) `name`'s entry and writes the file
+    /// (on the blocking pool: it is flushed to disk).
+    pub(crate) async fn put(&self, name: &str, entry: Option<Entry>) -> Result<(), String> {
+        let _one = self.writing.lock().await;
+        let bytes = {
+            let mut all = self.lock();
+            match entry {
+                Some(e) => {
+                    crate::logging::keep_out(&e.secrets());
+                    all.insert(name.to_string(), e);
+                }
+                None => {
+                    all.remove(name);
+                }
             }
-            None => {
-                all.remove(name);
-            }
-        }
-        let Some(path) = &self.path else {
+            let file = File {
+                servers: all.clone(),
+            };
+            serde_json::to_vec_pretty(&file).map_err(|e| e.to_string())?
+        };
+        let Some(path) = self.path.clone() else {
             return Ok(());
         };
-        let file = File {
-            servers: all.clone(),
-        };
-        let bytes = serde_json::to_vec_pretty(&file).map_err(|e| e.to_string())?;
-        crate::os::write_private(path, &bytes)
-            .map_err(|e| format!("cannot write the sign-ins file {}: {e}", path.display()))
+        let shown = path.display().to_string();
+        tokio::task::spawn_blocking(move || crate::os::write_private(&path, &bytes))
+            .await
+            .map_err(|e| format!("cannot write the sign-ins file {shown}: {e}"))?
+            .map_err(|e| format!("cannot write the sign-ins file {shown}: {e}"))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Entry>> {
