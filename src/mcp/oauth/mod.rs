@@ -120,13 +120,24 @@ impl OAuth {
     }
 
     /// The sign-in of the `url` server `spec`, or `None` (a `command`
-    /// server, or `oauth = false`). A server already known keeps its
+    /// server, `oauth = false`, or an `Authorization` header of its own). A server already known keeps its
     /// state when its spec is unchanged in what signing in depends on.
     pub(crate) fn server(self: &Arc<Self>, spec: &McpServerSpec) -> Option<Arc<ServerAuth>> {
-        let McpTransport::Http { url, options, .. } = &spec.transport else {
+        let McpTransport::Http {
+            url,
+            options,
+            headers,
+            ..
+        } = &spec.transport
+        else {
             return None;
         };
-        if !options.oauth.enabled {
+        // A key of the user's own in `Authorization`: that is how it signs
+        // in, and a 401 means the key is wrong, not that OAuth is wanted.
+        let own_key = headers
+            .keys()
+            .any(|k| k.eq_ignore_ascii_case("authorization"));
+        if !options.oauth.enabled || own_key {
             return None;
         }
         let parsed = Url::parse(url).ok()?;
