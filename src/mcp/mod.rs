@@ -35,6 +35,7 @@ use crate::backoff::{BackoffPolicy, Jitter};
 
 use crate::desired::{DesiredState, DesiredTool, Fingerprint, same_spec, same_state};
 use crate::manifest::Handler;
+pub use oauth::SignIn;
 pub(crate) use session::CallError;
 use session::Session;
 pub use session::{Phase, ServerStatus};
