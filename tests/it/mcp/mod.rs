@@ -26,6 +26,7 @@ mod import;
 // A Python server of the SDK's auth support.
 #[cfg(unix)]
 mod oauth;
+mod oauth_login;
 mod probe;
 #[cfg(target_os = "linux")]
 mod process;
