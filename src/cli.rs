@@ -52,6 +52,9 @@ pub enum Command {
     /// editors that validate and complete TOML (taplo, VS Code's Even Better
     /// TOML): point a file at it with a `#:schema PATH` first line.
     Schema(SchemaArgs),
+    /// Sign in to (or out of) the remote MCP servers that need OAuth, and
+    /// list their sign-ins, through the running sidecar.
+    Auth(AuthArgs),
 }
 
 #[derive(Debug, Args)]
@@ -68,6 +71,35 @@ pub enum SchemaOf {
     Manifest,
     /// The agent config (`--config`).
     Config,
+
+#[derive(Debug, Args)]
+pub struct AuthArgs {
+    #[command(subcommand)]
+    pub action: AuthAction,
+    /// Path of the agent config file (where `[admin] listen` is read).
+    #[arg(long, short = 'c', default_value = DEFAULT_CONFIG_PATH, env = "NEKO_SIDECAR_CONFIG", global = true)]
+    pub config: PathBuf,
+    /// The admin endpoint, e.g. `127.0.0.1:48931`; overrides the config.
+    #[arg(long, global = true)]
+    pub admin: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuthAction {
+    /// Print the sign-in link of the MCP server NAME and open a browser
+    /// where there is one; without one, paste back the address the browser
+    /// ended on. Exit 0: signed in; 1: refused; 2: the sidecar unreachable.
+    Login {
+        name: String,
+        /// Only print the link.
+        #[arg(long)]
+        no_browser: bool,
+    },
+    /// Revoke the sign-in of the MCP server NAME where its authorization
+    /// server offers revocation, and forget it.
+    Logout { name: String },
+    /// Each MCP server's sign-in: its state and expiry, never a token.
+    List,
 }
 
 #[derive(Debug, Args)]

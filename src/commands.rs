@@ -16,7 +16,8 @@ use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{
-    CallArgs, CheckArgs, Cli, Command, DemoArgs, DevMcpArgs, DevServerArgs, SchemaOf, StatusArgs,
+    AuthAction, AuthArgs, CallArgs, CheckArgs, Cli, Command, DemoArgs, DevMcpArgs, DevServerArgs,
+    SchemaOf, StatusArgs,
 };
 use crate::config::AgentConfig;
 use crate::logging::LogFormat;
@@ -59,6 +60,7 @@ enum Prepared {
     Demo(DemoArgs),
     Status(StatusArgs),
     Call(CallArgs),
+    Auth(AuthArgs),
     DevServer(DevServerArgs),
     DevMcp(DevMcpArgs),
     DevHandler,
@@ -88,6 +90,7 @@ impl Invocation {
             Command::Check(args) => (Prepared::Check(args), None),
             Command::Status(args) => (Prepared::Status(args), None),
             Command::Call(args) => (Prepared::Call(args), None),
+            Command::Auth(args) => (Prepared::Auth(args), None),
             Command::DevServer(args) => (Prepared::DevServer(args), Some(text_log("info", None))),
             // Warnings only: its stderr ends up in the sidecar's log, line by
             // line, and rmcp logs every message at info.
@@ -219,6 +222,25 @@ impl Invocation {
                             .unwrap_or_else(|_| report.answer.to_string());
                         print_or_exit(&format!("{text}\n"));
                         exit_unless(!report.is_error, 1)
+                    }
+                    Err(code) => code,
+                }
+            }
+            Prepared::Auth(args) => {
+                let admin = args.admin.as_deref();
+                let r = match &args.action {
+                    AuthAction::Login { name, no_browser } => {
+                        client_command(admin::auth_login(&args.config, admin, name, !no_browser))
+                    }
+                    AuthAction::Logout { name } => {
+                        client_command(admin::auth_logout(&args.config, admin, name))
+                    }
+                    AuthAction::List => client_command(admin::auth_list(&args.config, admin)),
+                };
+                match r {
+                    Ok(report) => {
+                        print_or_exit(&report.text);
+                        exit_unless(report.ok, 1)
                     }
                     Err(code) => code,
                 }

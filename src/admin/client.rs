@@ -1,9 +1,9 @@
 //! Finding and reading a running sidecar's admin endpoints, for the
-//! `status` and `call` commands.
+//! `status`, `call` and `auth` commands.
 //!
 //! The address comes from `--admin`, or else from the agent config's
-//! `[admin] listen`. This module only reads: it never changes anything on
-//! the sidecar (the admin endpoints have no write route anyway).
+//! `[admin] listen`. It reads, but for `auth`'s sign-in routes (a sign-in
+//! started or finished, a logout), which the sidecar carries out.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -107,6 +107,8 @@ fn normalise(given: &str) -> Result<String, ClientError> {
 pub(crate) struct AdminClient {
     base: String,
     http: reqwest::Client,
+    /// For the sign-in routes, whose redirects are the answer.
+    no_redirect: reqwest::Client,
 }
 
 impl AdminClient {
@@ -117,9 +119,16 @@ impl AdminClient {
             .no_proxy()
             .build()
             .map_err(ClientError::Client)?;
+        let no_redirect = crate::tls::plain_http()
+            .timeout(REQUEST_TIMEOUT * 6)
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(ClientError::Client)?;
         Ok(Self {
             base: base.into(),
             http,
+            no_redirect,
         })
     }
 
@@ -166,6 +175,43 @@ impl AdminClient {
         } else {
             Err(not_ours())
         }
+    }
+
+    /// GETs `url` without following a redirect: the status, the
+    /// `Location` and the body.
+    pub(crate) async fn get_no_redirect(
+        &self,
+        url: &str,
+    ) -> Result<(u16, Option<String>, String), ClientError> {
+        let unreachable = |e: reqwest::Error| ClientError::Unreachable {
+            url: crate::manifest::remote::redact_url(url),
+            reason: root_cause(&e.without_url()),
+        };
+        let resp = self
+            .no_redirect
+            .get(url)
+            .send()
+            .await
+            .map_err(unreachable)?;
+        let code = resp.status().as_u16();
+        let location = resp
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = resp.text().await.map_err(unreachable)?;
+        Ok((code, location, body))
+    }
+
+    /// POSTs to `url` with no body: the status and the body.
+    pub(crate) async fn post(&self, url: &str) -> Result<(u16, String), ClientError> {
+        let unreachable = |e: reqwest::Error| ClientError::Unreachable {
+            url: url.to_string(),
+            reason: root_cause(&e),
+        };
+        let resp = self.http.post(url).send().await.map_err(unreachable)?;
+        let code = resp.status().as_u16();
+        Ok((code, resp.text().await.map_err(unreachable)?))
     }
 
     /// `GET /status`, as its text (for `--json`) and read.

@@ -17,6 +17,7 @@
 //! makes through `call_cmd`), `server` (HTTP), `client` (finding and reading a
 //! running sidecar's endpoints), `status_cmd` and `call_cmd` (the commands).
 
+mod auth_cmd;
 mod call_cmd;
 mod client;
 mod identity;
@@ -24,6 +25,7 @@ pub mod history;
 mod i18n;
 mod inspector;
 mod metrics;
+mod oauth_routes;
 mod page;
 mod prom;
 mod readiness;
@@ -33,6 +35,9 @@ mod status_cmd;
 mod time;
 mod view;
 
+pub(crate) use auth_cmd::{
+    describe as describe_sign_in, list as auth_list, login as auth_login, logout as auth_logout,
+};
 pub(crate) use call_cmd::{CallOptions, call};
 pub use sample::{ADMIN_TOKEN_ENV, AdminState, Sample};
 pub use server::{AdminError, MAX_CONNECTIONS, serve, spawn, start_for};

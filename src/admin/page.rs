@@ -306,6 +306,22 @@ fn render_mcp(out: &mut String, servers: &[ServerStatus]) {
             .and_then(|p| p.as_str().map(str::to_owned))
             .unwrap_or_default();
         let class = if phase == "ready" { "ok" } else { "warn" };
+        // A server that needs a sign-in gets its button (the admin
+        // listener's /oauth/login, which sends the browser on).
+        let sign_in = match &s.sign_in {
+            Some(x) if x.state == "needs_sign_in" => format!(
+                r#" <a class="signin" href="/oauth/login/{n}" target="_blank" rel="noopener">Sign in</a>"#,
+                n = esc(&s.name)
+            ),
+            Some(x) if x.state == "signed_in" => {
+                " <span class=\"detail\">signed in</span>".to_string()
+            }
+            Some(x) => format!(
+                " <span class=\"bad detail\">{}</span>",
+                esc(x.reason.as_deref().unwrap_or(""))
+            ),
+            None => String::new(),
+        };
         let rejected: Vec<String> = s
             .rejected
             .iter()
@@ -313,7 +329,7 @@ fn render_mcp(out: &mut String, servers: &[ServerStatus]) {
             .collect();
         let _ = writeln!(
             out,
-            r#"<tr data-server="{name}"><td><strong>{name}</strong></td><td><span class="state {class}" data-i18n="{key}">{phase}</span></td><td>{protocol}</td><td><code>{transport}</code></td><td>{offered}{rejected}</td><td>{restarts}</td><td>{error}</td></tr>"#,
+            r#"<tr data-server="{name}"><td><strong>{name}</strong></td><td><span class="state {class}" data-i18n="{key}">{phase}</span>{sign_in}</td><td>{protocol}</td><td><code>{transport}</code></td><td>{offered}{rejected}</td><td>{restarts}</td><td>{error}</td></tr>"#,
             name = esc(&s.name),
             key = super::i18n::phase_key(&phase),
             protocol = esc(s.protocol.as_deref().unwrap_or("-")),

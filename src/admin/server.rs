@@ -18,7 +18,8 @@
 //! the user visits from calling tools, so a DNS-rebinding page must not
 //! read them. Every answer carries a Content-Security-Policy without inline
 //! script. Handlers take one [`Sample`](super::Sample) and render it; the
-//! server never changes the daemon's state.
+//! server never changes the daemon's state, but for an MCP server's
+//! sign-in, which its `/oauth/*` routes hand to `mcp::oauth`.
 //!
 //! | route | answer |
 //! |---|---|
@@ -35,6 +36,7 @@
 //! | `GET /status` | 200, the JSON of `view.rs` |
 //! | `GET /metrics` | 200, Prometheus text format 0.0.4 |
 //! | `GET /identity?challenge=HEX` | 200 `{"proof": HEX}`, for `call` (`identity.rs`) |
+//! | `GET /oauth/login/{name}`, `GET /oauth/callback`, `POST /oauth/logout/{name}` | an MCP server's sign-in (`oauth_routes.rs`) |
 //! | anything else | 404 |
 
 use std::net::SocketAddr;
@@ -176,6 +178,8 @@ pub async fn serve(
 ) -> Result<(), AdminError> {
     let addr = listener.local_addr().map_err(AdminError::LocalAddr)?;
     let max_connections = admin_connection_bound();
+    // Sign-ins come back here (RFC 8252's loopback redirect).
+    state.mcp.oauth().set_admin(addr);
     let admin = Arc::new(Admin {
         router: TowerToHyperService::new(router(Arc::new(state))),
         transport: Transport::new(
@@ -276,6 +280,9 @@ fn router(state: Arc<AdminState>) -> Router {
         .route("/ui/calls", post(inspector::calls))
         .route("/i18n/{locale}", get(inspector::catalogue))
         .route("/ui/mcp/restart", post(inspector::restart_mcp))
+        .route("/oauth/login/{name}", get(super::oauth_routes::login))
+        .route("/oauth/callback", get(super::oauth_routes::callback))
+        .route("/oauth/logout/{name}", post(super::oauth_routes::logout))
         .fallback(not_found)
         .layer(middleware::from_fn(inspector::security_headers))
         .layer(middleware::from_fn(guard))

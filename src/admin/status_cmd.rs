@@ -132,6 +132,9 @@ pub(crate) fn render_status(v: &StatusView) -> String {
                 m.rejected.len(),
                 m.restarts
             );
+            if let Some(x) = &m.sign_in {
+                let _ = writeln!(out, "    sign-in: {}", super::describe_sign_in(x));
+            }
             if let Some(e) = &m.last_error {
                 let _ = writeln!(out, "    last error: {}", shorten(e, 200));
             }

@@ -43,6 +43,7 @@ const KEYS: &[&str] = &[
     "proxy",
     "connect_timeout_seconds",
     "read_timeout_seconds",
+    "oauth",
 ];
 
 pub(super) fn read_mcp_server(
@@ -242,6 +243,13 @@ fn read_transport(
                     r.what
                 );
                 r.error(&h.span(), msg);
+            }
+            if let Some(o) = r.get("oauth") {
+                let msg = format!(
+                    "`oauth` of {} applies to a `url` server only: a `command` server is started by the sidecar and signs in by its own means",
+                    r.what
+                );
+                r.error(&o.span(), msg);
             }
             let cwd = read_cwd(r, base);
             let env = expanded_map(r, "env");

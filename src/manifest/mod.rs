@@ -263,6 +263,46 @@ pub struct HttpOptions {
     pub connect_timeout: Duration,
     /// Longest silence while reading an answer or the event stream.
     pub read_timeout: Duration,
+    /// How it signs in when it answers 401 (`oauth`).
+    pub oauth: OAuthOptions,
+}
+
+/// A `url` server's `oauth`: `false` never signs in (a 401 stays an
+/// error); a table (`[mcp_server.oauth]`) names a registered client and
+/// the scopes to ask for; absent, a 401 starts the MCP specification's
+/// discovery with a client registered dynamically.
+#[derive(Clone, PartialEq, Eq)]
+pub struct OAuthOptions {
+    pub enabled: bool,
+    pub client_id: Option<String>,
+    /// `${VAR}` expanded; never shown.
+    pub client_secret: Option<String>,
+    /// Asked for instead of the challenge's `scope` or the resource's
+    /// `scopes_supported`.
+    pub scopes: Option<Vec<String>>,
+}
+
+impl Default for OAuthOptions {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            client_id: None,
+            client_secret: None,
+            scopes: None,
+        }
+    }
+}
+
+/// The secret is never shown, not even through `Debug`.
+impl std::fmt::Debug for OAuthOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthOptions")
+            .field("enabled", &self.enabled)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &self.client_secret.as_ref().map(|_| "…"))
+            .field("scopes", &self.scopes)
+            .finish()
+    }
 }
 
 /// `connect_timeout_seconds` when the table has none.
@@ -277,6 +317,7 @@ impl Default for HttpOptions {
             proxy: ProxySetting::System,
             connect_timeout: Duration::from_secs_f64(DEFAULT_CONNECT_TIMEOUT_SECONDS),
             read_timeout: Duration::from_secs_f64(DEFAULT_READ_TIMEOUT_SECONDS),
+            oauth: OAuthOptions::default(),
         }
     }
 }

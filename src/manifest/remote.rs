@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use super::mcp::expand;
 use super::{
-    DEFAULT_CONNECT_TIMEOUT_SECONDS, DEFAULT_READ_TIMEOUT_SECONDS, HttpOptions, ProxySetting,
+    DEFAULT_CONNECT_TIMEOUT_SECONDS, DEFAULT_READ_TIMEOUT_SECONDS, HttpOptions, OAuthOptions,
+    ProxySetting,
 };
 use crate::config::{absolutize, runtime_path};
 use crate::contract::url_host_is_loopback;
@@ -215,6 +216,7 @@ pub(super) fn read_http_settings(r: &mut TableReader<'_, '_>, base: &Path) -> Op
         DEFAULT_CONNECT_TIMEOUT_SECONDS,
     );
     let read = read_seconds(r, "read_timeout_seconds", DEFAULT_READ_TIMEOUT_SECONDS);
+    let oauth = read_oauth(r);
     if !ok {
         return None;
     }
@@ -223,6 +225,124 @@ pub(super) fn read_http_settings(r: &mut TableReader<'_, '_>, base: &Path) -> Op
         proxy,
         connect_timeout: connect?,
         read_timeout: read?,
+        oauth: oauth?,
+    })
+}
+
+/// The keys of `[mcp_server.oauth]`.
+const OAUTH_KEYS: &[&str] = &["client_id", "client_secret", "scopes"];
+
+/// `oauth`: absent (sign in when asked, the client registered
+/// dynamically), `false` (never), `true` (the default said), or a table
+/// with `client_id`, `client_secret` (only as `${VAR}`: a secret is never
+/// written in a manifest) and `scopes`; `None` after an error.
+pub(super) fn read_oauth(r: &mut TableReader<'_, '_>) -> Option<OAuthOptions> {
+    let what = r.what.clone();
+    let Some(item) = r.get("oauth") else {
+        return Some(OAuthOptions::default());
+    };
+    let table = match item.get_ref() {
+        toml::de::DeValue::Boolean(b) => {
+            return Some(OAuthOptions {
+                enabled: *b,
+                ..OAuthOptions::default()
+            });
+        }
+        toml::de::DeValue::Table(t) => t,
+        other => {
+            let msg = format!(
+                "`oauth` of {what} must be false (never sign in), or a table with client_id, client_secret and scopes, found {}",
+                crate::tomldoc::type_name(other)
+            );
+            r.error(&item.span(), msg);
+            return None;
+        }
+    };
+    let mut t = TableReader::new(
+        r.src,
+        table,
+        item.span(),
+        format!("`oauth` of {what}"),
+        r.diags,
+    );
+    let before = t.diags.iter().filter(|d| d.is_error()).count();
+    t.deny_unknown(OAUTH_KEYS);
+    let client_id = match t.string("client_id") {
+        Some((id, sp)) => match expand_url(&id) {
+            Ok(id) if !id.trim().is_empty() && !id.contains(['\0', '\r', '\n']) => Some(id),
+            Ok(_) => {
+                let msg = format!(
+                    "`client_id` of {} is empty or holds a line break: give the client ID the service registered for you, or leave it out to register one dynamically",
+                    t.what
+                );
+                t.error(&sp, msg);
+                None
+            }
+            Err(why) => {
+                let msg = format!("`client_id` of {}: {why}", t.what);
+                t.error(&sp, msg);
+                None
+            }
+        },
+        None => None,
+    };
+    let client_secret = match t.string("client_secret") {
+        Some((text, sp)) if !text.contains("${") => {
+            let msg = format!(
+                "`client_secret` of {} is written out: a secret stays out of the manifest; write client_secret = \"${{VAR}}\" and set VAR in the sidecar's environment",
+                t.what
+            );
+            t.error(&sp, msg);
+            None
+        }
+        Some((text, sp)) => match expand_url(&text) {
+            Ok(secret) if !secret.is_empty() => Some(secret),
+            Ok(_) => {
+                let msg = format!("`client_secret` of {} is empty once expanded", t.what);
+                t.error(&sp, msg);
+                None
+            }
+            Err(why) => {
+                let msg = format!("`client_secret` of {}: {why}", t.what);
+                t.error(&sp, msg);
+                None
+            }
+        },
+        None => None,
+    };
+    if client_secret.is_some() && client_id.is_none() && t.get("client_id").is_none() {
+        let sp = t.get("client_secret").map(|i| i.span()).unwrap_or_default();
+        let msg = format!(
+            "`client_secret` of {} needs `client_id`: the secret belongs to a registered client",
+            t.what
+        );
+        t.error(&sp, msg);
+    }
+    let scopes = match t.string_array("scopes") {
+        Some((list, sp)) => {
+            let bad = list.iter().find(|(s, _)| {
+                s.is_empty() || s.contains(|c: char| c.is_whitespace() || c == '"' || c == '\\')
+            });
+            match bad {
+                Some((s, _)) => {
+                    let msg = format!(
+                        "scope \"{s}\" in `scopes` of {} is not a scope: scopes are non-empty words without spaces or quotes (RFC 6749, 3.3)",
+                        t.what
+                    );
+                    t.error(&sp, msg);
+                    None
+                }
+                None => Some(list.into_iter().map(|(s, _)| s).collect()),
+            }
+        }
+        None => None,
+    };
+    let failed = t.diags.iter().filter(|d| d.is_error()).count() > before;
+    (!failed).then_some(OAuthOptions {
+        enabled: true,
+        client_id,
+        client_secret,
+        scopes,
     })
 }
 

@@ -16,6 +16,7 @@
 pub(crate) mod answer;
 mod guard;
 mod handshake;
+pub(crate) mod oauth;
 mod process;
 mod remote_http;
 mod session;
@@ -35,6 +36,7 @@ use crate::backoff::{BackoffPolicy, Jitter};
 
 use crate::desired::{DesiredState, DesiredTool, Fingerprint, same_spec, same_state};
 use crate::manifest::Handler;
+pub use oauth::SignIn;
 pub(crate) use session::CallError;
 use session::Session;
 pub use session::{Phase, ServerStatus};
@@ -59,6 +61,8 @@ struct Inner {
     jitter: Jitter,
     /// The sessions' tasks, for `stop_all`.
     tasks: TaskTracker,
+    /// The OAuth sign-ins of the `url` servers.
+    oauth: Arc<oauth::OAuth>,
 }
 
 impl std::fmt::Debug for McpServers {
@@ -78,8 +82,14 @@ impl McpServers {
                 policy,
                 jitter,
                 tasks: TaskTracker::new(),
+                oauth: oauth::OAuth::new(oauth::store::Store::open()),
             }),
         }
+    }
+
+    /// The OAuth sign-ins (the admin listener's `/oauth/*` routes).
+    pub(crate) fn oauth(&self) -> &Arc<oauth::OAuth> {
+        &self.inner.oauth
     }
 
     pub(crate) fn session(&self, name: &str) -> Option<Arc<Session>> {
@@ -121,6 +131,9 @@ impl McpServers {
                     carried.insert(name.clone(), listing);
                 }
                 tracing::info!(mcp_server = %name, "stopping the MCP server (its manifest changed or it was removed)");
+                if let Some(auth) = s.auth() {
+                    self.inner.oauth.forget(name, auth);
+                }
                 s.stop(Instant::now() + stop_grace);
             }
             keep
@@ -130,7 +143,8 @@ impl McpServers {
                 continue;
             }
             let previous = carried.remove(name);
-            let session = Session::new(spec.clone(), previous, self.inner.changed.clone());
+            let auth = self.inner.oauth.server(spec);
+            let session = Session::new(spec.clone(), previous, self.inner.changed.clone(), auth);
             tracing::info!(mcp_server = %name, transport = %spec.transport, "starting the MCP server");
             self.inner.tasks.spawn(
                 session

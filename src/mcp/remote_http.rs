@@ -30,11 +30,14 @@ use sse_stream::Sse;
 /// Why the last request failed, in words, taken by whoever explains it.
 pub(crate) type LastFailure = Arc<Mutex<Option<String>>>;
 
-/// A reqwest client that remembers why its last request failed.
+/// A reqwest client that remembers why its last request failed, and,
+/// for a server that signs in with OAuth, sends its access token and
+/// hands a `401`'s challenge to its sign-in (`oauth`).
 #[derive(Clone)]
 pub(crate) struct RemoteHttp {
     pub http: reqwest::Client,
     pub last: LastFailure,
+    pub auth: Option<Arc<super::oauth::ServerAuth>>,
 }
 
 /// A reqwest error with its causes, never its URL.
@@ -54,10 +57,38 @@ pub(crate) fn chain(e: &reqwest::Error) -> String {
 }
 
 impl RemoteHttp {
+    /// The bearer token to send: the configured one (a header), else the
+    /// sign-in's access token, refreshed when it is about to expire.
+    async fn token(&self, configured: Option<String>) -> Option<String> {
+        match (&configured, &self.auth) {
+            (None, Some(auth)) => auth.bearer().await,
+            _ => configured,
+        }
+    }
+
+    /// After a `401` to a request that carried the sign-in's token `sent`:
+    /// the refreshed token to send it again with, or `None` (no sign-in,
+    /// a configured header, or the refresh refused: the `401` stands).
+    async fn renewed(
+        &self,
+        unauthorized: bool,
+        configured: bool,
+        sent: Option<&str>,
+    ) -> Option<String> {
+        let (true, false, Some(auth), Some(sent)) = (unauthorized, configured, &self.auth, sent)
+        else {
+            return None;
+        };
+        auth.renew(sent).await
+    }
+
     fn kept<T>(
         &self,
         r: Result<T, StreamableHttpError<reqwest::Error>>,
     ) -> Result<T, StreamableHttpError<reqwest::Error>> {
+        if let (Err(StreamableHttpError::AuthRequired(e)), Some(auth)) = (&r, &self.auth) {
+            auth.challenged(&e.www_authenticate_header);
+        }
         r.map_err(|e| match e {
             StreamableHttpError::Client(e) => {
                 let e = e.without_url();
@@ -100,10 +131,35 @@ impl StreamableHttpClient for RemoteHttp {
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
         let request = is_request(&message);
+        let configured = auth_header.is_some();
+        let auth_header = self.token(auth_header).await;
         let r = self
             .http
-            .post_message(uri, message, session_id, auth_header, custom_headers)
+            .post_message(
+                uri.clone(),
+                message.clone(),
+                session_id.clone(),
+                auth_header.clone(),
+                custom_headers.clone(),
+            )
             .await;
+        let unauthorized = matches!(r, Err(StreamableHttpError::AuthRequired(_)));
+        if unauthorized && let Some(auth) = &self.auth {
+            // Kept before the retry, which may succeed.
+            if let Err(StreamableHttpError::AuthRequired(e)) = &r {
+                auth.challenged(&e.www_authenticate_header);
+            }
+        }
+        if let Some(token) = self
+            .renewed(unauthorized, configured, auth_header.as_deref())
+            .await
+        {
+            let r = self
+                .http
+                .post_message(uri, message, session_id, Some(token), custom_headers)
+                .await;
+            return accepted_unless_request(request, self.kept(r));
+        }
         accepted_unless_request(request, self.kept(r))
     }
 
@@ -117,6 +173,7 @@ impl StreamableHttpClient for RemoteHttp {
         max_sse_event_size: usize,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
         let request = is_request(&message);
+        let auth_header = self.token(auth_header).await;
         let r = self
             .http
             .post_message_with_max_sse_event_size(
@@ -141,17 +198,43 @@ impl StreamableHttpClient for RemoteHttp {
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
         let request = is_request(&message);
+        let configured = auth_header.is_some();
+        let auth_header = self.token(auth_header).await;
         let r = self
             .http
             .post_message_with_response_limits(
-                uri,
-                message,
-                session_id,
-                auth_header,
-                custom_headers,
+                uri.clone(),
+                message.clone(),
+                session_id.clone(),
+                auth_header.clone(),
+                custom_headers.clone(),
                 limits,
             )
             .await;
+        let unauthorized = matches!(r, Err(StreamableHttpError::AuthRequired(_)));
+        if unauthorized && let Some(auth) = &self.auth {
+            // Kept before the retry, which may succeed.
+            if let Err(StreamableHttpError::AuthRequired(e)) = &r {
+                auth.challenged(&e.www_authenticate_header);
+            }
+        }
+        if let Some(token) = self
+            .renewed(unauthorized, configured, auth_header.as_deref())
+            .await
+        {
+            let r = self
+                .http
+                .post_message_with_response_limits(
+                    uri,
+                    message,
+                    session_id,
+                    Some(token),
+                    custom_headers,
+                    limits,
+                )
+                .await;
+            return accepted_unless_request(request, self.kept(r));
+        }
         accepted_unless_request(request, self.kept(r))
     }
 
@@ -162,6 +245,7 @@ impl StreamableHttpClient for RemoteHttp {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), StreamableHttpError<reqwest::Error>> {
+        let auth_header = self.token(auth_header).await;
         let r = self
             .http
             .delete_session(uri, session_id, auth_header, custom_headers)
@@ -178,6 +262,7 @@ impl StreamableHttpClient for RemoteHttp {
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<reqwest::Error>>
     {
+        let auth_header = self.token(auth_header).await;
         let r = self
             .http
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
@@ -195,6 +280,7 @@ impl StreamableHttpClient for RemoteHttp {
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<reqwest::Error>>
     {
+        let auth_header = self.token(auth_header).await;
         let r = self
             .http
             .get_stream_with_max_sse_event_size(

@@ -92,6 +92,10 @@ pub struct ServerStatus {
     /// When the last listing arrived.
     #[serde(skip)]
     pub listed_at: Option<SystemTime>,
+    /// A server that signs in with OAuth: signed in, or needing a sign-in
+    /// (with its link); never a token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sign_in: Option<super::oauth::SignIn>,
 }
 
 /// Why a call could not be made on the session.
@@ -162,6 +166,8 @@ pub(crate) struct Session {
     /// and password): scrubbed from every error before it is logged,
     /// kept in the status or sent to the model.
     secrets: Vec<String>,
+    /// Its OAuth sign-in (a `url` server without `oauth = false`).
+    auth: Option<Arc<super::oauth::ServerAuth>>,
 }
 
 impl Session {
@@ -169,6 +175,7 @@ impl Session {
         spec: Arc<McpServerSpec>,
         listing: Option<Arc<Vec<Listed>>>,
         hub: Arc<Notify>,
+        auth: Option<Arc<super::oauth::ServerAuth>>,
     ) -> Arc<Self> {
         let status = ServerStatus {
             name: spec.name.clone(),
@@ -183,6 +190,7 @@ impl Session {
             rejected: Vec::new(),
             filtered: 0,
             listed_at: None,
+            sign_in: None,
         };
         let secrets = match &spec.transport {
             McpTransport::Http { url, headers, .. } => remote::secrets_of(url, headers),
@@ -190,6 +198,7 @@ impl Session {
         };
         crate::logging::keep_out(&secrets);
         Arc::new(Self {
+            auth,
             secrets,
             slots: spec.max_concurrency.map(|n| Semaphore::new(n.get())),
             spec,
@@ -207,7 +216,14 @@ impl Session {
     }
 
     pub(crate) fn status(&self) -> ServerStatus {
-        lock(&self.status).clone()
+        let mut s = lock(&self.status).clone();
+        s.sign_in = self.auth.as_ref().and_then(|a| a.status());
+        s
+    }
+
+    /// Its OAuth sign-in, if it signs in.
+    pub(crate) fn auth(&self) -> Option<&Arc<super::oauth::ServerAuth>> {
+        self.auth.as_ref()
     }
 
     /// A session started in place of an old one by hand (`McpServers::
@@ -259,7 +275,8 @@ impl Session {
 
     /// `text` with this server's secrets replaced by `…`.
     fn scrub(&self, text: &str) -> String {
-        remote::scrub(text, &self.secrets)
+        // The sign-in's tokens and codes are kept out of every text too.
+        remote::scrub(&crate::logging::scrub(text), &self.secrets)
     }
 
     fn update(&self, f: impl FnOnce(&mut ServerStatus)) {
@@ -302,12 +319,23 @@ impl Session {
             }),
             Err(e) => {
                 self.broken.notify_one();
+                // A refresh refused during the call: the user must sign in.
+                if let Some(auth) = &self.auth
+                    && auth.needs_sign_in()
+                {
+                    return Err(CallError::Unavailable(auth.sign_in_message()));
+                }
                 Err(CallError::Lost(self.scrub(&e.to_string())))
             }
         }
     }
 
     fn unavailable(&self) -> CallError {
+        if let Some(auth) = &self.auth
+            && auth.needs_sign_in()
+        {
+            return CallError::Unavailable(auth.sign_in_message());
+        }
         let s = self.status();
         let why = match (s.phase, &s.last_error) {
             (Phase::Stopped, _) => "is stopped".to_string(),
@@ -362,9 +390,19 @@ impl Session {
                 s.last_error = Some(error);
                 s.pid = None;
             });
+            // A server waiting for a sign-in is tried again once the user
+            // signed in, not on a timer: without one it can only say 401.
+            let waits = self.auth.as_ref().is_some_and(|a| a.waits_for_user());
+            let signed_in = async {
+                match &self.auth {
+                    Some(a) => a.signed_in.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = self.stop.cancelled() => break,
-                () = tokio::time::sleep(delay) => {}
+                () = tokio::time::sleep(delay), if !waits => {}
+                () = signed_in => retry.reset(),
             }
         }
         self.update(|s| {
@@ -602,6 +640,7 @@ impl Session {
         let remote = RemoteHttp {
             http: client.clone(),
             last: LastFailure::default(),
+            auth: self.auth.clone(),
         };
         // A refused certificate explains a failure better than anything;
         // then the cause of the last failed request (refused, timed out,
@@ -626,13 +665,19 @@ impl Session {
             HttpKind::Detect => *lock(&self.sse_found),
         };
         let mut streamable_failed = None;
-        if !sse_first {
+        // A refreshed token is tried at once, once.
+        let mut renewed = false;
+        // Only a refreshed token goes round again.
+        'streamable: loop {
+            if sse_first {
+                break 'streamable;
+            }
             // Each try on a session of its own: nothing abandoned on one
             // can answer on the next.
             let open =
                 || std::future::ready(Ok((http_transport(remote.clone(), url, &headers), ())));
             let close = |()| std::future::ready(String::new());
-            match handshake(
+            let ended = handshake(
                 &self.spec.name,
                 known,
                 budget,
@@ -642,8 +687,34 @@ impl Session {
                 open,
                 close,
             )
-            .await
+            .await;
+            // A `401`: the MCP specification's sign-in, not the legacy
+            // transport's fallback.
+            if let (Handshake::Failed(_) | Handshake::HttpClientError(_), Some(auth)) =
+                (&ended, &self.auth)
+                && let Some(challenge) = auth.take_challenge()
             {
+                match auth.unauthorized(challenge).await {
+                    super::oauth::Unauthorized::Retry if !renewed => {
+                        renewed = true;
+                        continue 'streamable;
+                    }
+                    super::oauth::Unauthorized::Retry => {
+                        return Err(format!(
+                            "cannot connect to {shown}: it refused a freshly refreshed access token (HTTP 401)"
+                        ));
+                    }
+                    super::oauth::Unauthorized::NeedsSignIn(msg) => {
+                        return Err(format!("cannot connect to {shown}: {msg}"));
+                    }
+                    super::oauth::Unauthorized::Refused(why) => {
+                        return Err(format!(
+                            "cannot connect to {shown}: it needs a sign-in (HTTP 401), which cannot work: {why}"
+                        ));
+                    }
+                }
+            }
+            match ended {
                 Handshake::Ready { running, .. } => {
                     self.show_transport(HttpKind::StreamableHttp);
                     return Ok(Some(running));
@@ -666,6 +737,7 @@ impl Session {
                     return Err(format!("cannot connect to {shown}: {}", why(e)));
                 }
             }
+            break 'streamable;
         }
         // The HTTP+SSE transport is of the 2024-11-05 generation: its
         // servers are greeted with `initialize`, never `server/discover`.
@@ -673,6 +745,16 @@ impl Session {
         // Well within the budget, so that a stream that never names its
         // endpoint is reported as that, not as a handshake out of time.
         let endpoint_wait = ANSWER_TIMEOUT.min(budget / 2);
+        // The legacy transport sends the sign-in's token as a header of its
+        // GET and POSTs, taken at connection time.
+        let mut headers = headers;
+        if let Some(auth) = &self.auth
+            && !headers.contains_key(http::header::AUTHORIZATION)
+            && let Some(token) = auth.bearer().await
+            && let Ok(v) = http::HeaderValue::try_from(format!("Bearer {token}"))
+        {
+            headers.insert(http::header::AUTHORIZATION, v);
+        }
         let open = || {
             std::future::ready(
                 SseTransport::new(
@@ -712,6 +794,24 @@ impl Session {
             Handshake::Stopped => Ok(None),
             Handshake::Failed(e) | Handshake::HttpClientError(e) => {
                 *lock(&self.sse_found) = false;
+                // The legacy transport's GET answered 401: its challenge is
+                // not kept, so discovery starts at the well-known URIs.
+                if let Some(auth) = &self.auth
+                    && e.contains("401 Unauthorized")
+                {
+                    let challenge = auth.take_challenge().unwrap_or_default();
+                    return Err(match auth.unauthorized(challenge).await {
+                        super::oauth::Unauthorized::Retry => format!(
+                            "cannot connect to {shown}: its access token was refreshed; connecting again"
+                        ),
+                        super::oauth::Unauthorized::NeedsSignIn(msg) => {
+                            format!("cannot connect to {shown}: {msg}")
+                        }
+                        super::oauth::Unauthorized::Refused(why) => format!(
+                            "cannot connect to {shown}: it needs a sign-in (HTTP 401), which cannot work: {why}"
+                        ),
+                    });
+                }
                 let e = why(e);
                 Err(match streamable_failed {
                     Some(first) => format!(

@@ -14,7 +14,12 @@
 //! loader turns into a `check` error, never a compile error or a silent
 //! no-op.
 
+mod browser;
 mod process;
+mod state;
+
+pub(crate) use browser::open_browser;
+pub(crate) use state::{state_dir, write_private};
 
 pub(crate) use process::{
     ProcessTree, SpawnSpec, forget_resolved_programs, resolve_program, resolve_program_cached,

@@ -226,6 +226,7 @@ fixtures! {
     mcp_import_errors,
     mcp_server_env_var_unset,
     mcp_server_fields,
+    mcp_server_oauth,
     mcp_server_duplicate_names,
     // Unknown keys and duplicate names.
     unknown_keys_suggest_the_closest,

@@ -375,12 +375,56 @@ impl EntryReader<'_, '_> {
         {
             return not_bridged(why);
         }
+        let oauth = self.oauth()?;
         Some(EntryKind::Bridged(McpTransport::Http {
             url,
             headers,
             kind,
-            options: Default::default(),
+            options: crate::manifest::HttpOptions {
+                oauth,
+                ..Default::default()
+            },
         }))
+    }
+
+    /// What the file says about signing in: Claude Code's `oauth` object
+    /// (`clientId`, and `scopes` as one space-separated string); its
+    /// `callbackPort` and `authServerMetadataUrl` are that program's own
+    /// (the sidecar's redirect is its admin listener, and discovery follows
+    /// the specification). The client secret Claude Code keeps in the
+    /// system's keychain, never in the file: set it with an override.
+    fn oauth(&mut self) -> Option<crate::manifest::OAuthOptions> {
+        let mut out = crate::manifest::OAuthOptions::default();
+        let Some(node) = self.node.get("oauth") else {
+            return Some(out);
+        };
+        let Value::Object(_) = node.value else {
+            self.wrong("oauth", node, "an object (`clientId`, `scopes`)");
+            return None;
+        };
+        if let Some(id) = node.get("clientId") {
+            match id.as_str() {
+                Some(s) if !s.trim().is_empty() => {
+                    out.client_id = Some(self.expand("oauth.clientId", s, &id.span)?);
+                }
+                _ => {
+                    self.wrong("oauth.clientId", id, "a non-empty string");
+                    return None;
+                }
+            }
+        }
+        if let Some(sc) = node.get("scopes") {
+            match sc.as_str() {
+                Some(s) if !s.trim().is_empty() => {
+                    out.scopes = Some(s.split_whitespace().map(str::to_string).collect());
+                }
+                _ => {
+                    self.wrong("oauth.scopes", sc, "a string of space-separated scopes");
+                    return None;
+                }
+            }
+        }
+        Some(out)
     }
 }
 

@@ -57,6 +57,7 @@ const KEYS: &[&str] = &[
     "proxy",
     "connect_timeout_seconds",
     "read_timeout_seconds",
+    "oauth",
 ];
 const OVERRIDE_KEYS: &[&str] = &[
     "enabled",
@@ -71,14 +72,16 @@ const OVERRIDE_KEYS: &[&str] = &[
     "proxy",
     "connect_timeout_seconds",
     "read_timeout_seconds",
+    "oauth",
 ];
 
 /// The client settings of a `url` server, each set on its own.
-const HTTP_KEYS: [&str; 4] = [
+const HTTP_KEYS: [&str; 5] = [
     "ca_file",
     "proxy",
     "connect_timeout_seconds",
     "read_timeout_seconds",
+    "oauth",
 ];
 
 /// An imported file larger than this is not an MCP config.
@@ -118,7 +121,7 @@ struct Overrides {
     max_concurrency: Option<NonZeroUsize>,
     /// The client settings of a `url` server, and which of [`HTTP_KEYS`]
     /// were written (only those override).
-    http: Option<(HttpOptions, [bool; 4])>,
+    http: Option<(HttpOptions, [bool; 5])>,
 }
 
 impl Overrides {
@@ -136,6 +139,9 @@ impl Overrides {
             }
             if set[3] {
                 into.read_timeout = o.read_timeout;
+            }
+            if set[4] {
+                into.oauth = o.oauth.clone();
             }
         }
         into

@@ -378,3 +378,42 @@ fn each_way_of_naming_an_http_transport_maps_to_ours() {
     }
     assert!(f.unbridged.is_empty(), "{:#?}", f.unbridged);
 }
+
+#[test]
+fn what_an_imported_file_says_about_signing_in_is_kept_and_ours_wins() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("c.json"),
+        r#"{"mcpServers": {
+  "claude_code": {"type": "http", "url": "https://mcp.notion.example/mcp",
+                  "oauth": {"clientId": "abc-123", "scopes": "read write", "callbackPort": 8080}},
+  "plain": {"type": "http", "url": "https://mcp.linear.example/mcp"},
+  "bad": {"type": "http", "url": "https://mcp.bad.example/mcp", "oauth": {"clientId": 7}}
+}}"#,
+    )
+    .unwrap();
+    let oauth = |f: &ManifestFile, name: &str| match &server(f, name).transport {
+        McpTransport::Http { options, .. } => options.oauth.clone(),
+        other => panic!("{other}"),
+    };
+    let f = load(tmp.path(), "[[mcp_import]]\npath = \"c.json\"\n");
+    let t = texts(&f);
+    assert_eq!(t.len(), 1, "{t:#?}");
+    assert!(
+        t[0].ends_with("c.json:5:87: error: `oauth.clientId` of MCP server `bad` must be a non-empty string, found a number"),
+        "{t:#?}"
+    );
+    let f = load(
+        tmp.path(),
+        "[[mcp_import]]\npath = \"c.json\"\n[mcp_import.servers.plain]\noauth = false\n[mcp_import.servers.bad]\nenabled = false\n",
+    );
+    assert!(!f.has_errors(), "{:#?}", texts(&f));
+    let o = oauth(&f, "claude_code");
+    assert!(o.enabled);
+    assert_eq!(o.client_id.as_deref(), Some("abc-123"));
+    assert_eq!(
+        o.scopes,
+        Some(vec!["read".to_string(), "write".to_string()])
+    );
+    assert!(!oauth(&f, "plain").enabled, "the override turns it off");
+}

@@ -23,6 +23,10 @@
 mod answers;
 mod http;
 mod import;
+// A Python server of the SDK's auth support.
+#[cfg(unix)]
+mod oauth;
+mod oauth_login;
 mod probe;
 #[cfg(target_os = "linux")]
 mod process;

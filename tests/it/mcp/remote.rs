@@ -170,9 +170,14 @@ async fn secrets_in_a_header_and_in_the_query_appear_on_no_surface() {
 
     const IN_HEADER: &str = "hdr-s3cret-5f1c0b7e";
     const IN_QUERY: &str = "qry-s3cret-9a2e44d1";
+    // An OAuth client's secret (issue 45); the sign-in itself is
+    // tests/it/mcp/oauth.rs, whose planted tokens, codes and verifiers
+    // are looked for on the same surfaces.
+    const CLIENT_SECRET: &str = "cli-s3cret-77c0e3a2";
     let env = [
         ("NEKO_TEST_HEADER_KEY", IN_HEADER),
         ("NEKO_TEST_QUERY_KEY", IN_QUERY),
+        ("NEKO_TEST_OAUTH_SECRET", CLIENT_SECRET),
         ("RUST_LOG", "info,neko_sidecar=debug"),
     ];
     let h = dev_server().await;
@@ -185,7 +190,7 @@ async fn secrets_in_a_header_and_in_the_query_appear_on_no_surface() {
         &http_server(
             "keyed",
             &url,
-            "headers = { Authorization = \"Bearer ${NEKO_TEST_HEADER_KEY}\" }",
+            "headers = { Authorization = \"Bearer ${NEKO_TEST_HEADER_KEY}\" }\noauth = { client_id = \"neko\", client_secret = \"${NEKO_TEST_OAUTH_SECRET}\" }",
         ),
     );
     let admin = format!("127.0.0.1:{}", refused_port());
@@ -274,7 +279,7 @@ async fn secrets_in_a_header_and_in_the_query_appear_on_no_surface() {
     sidecar.exit_within(WAIT).await;
     surfaces.push(("the log", sidecar.stderr().join("\n")));
     for (what, text) in &surfaces {
-        for secret in [IN_HEADER, IN_QUERY] {
+        for secret in [IN_HEADER, IN_QUERY, CLIENT_SECRET] {
             assert!(!text.contains(secret), "{what} shows {secret}:\n{text}");
         }
     }

@@ -181,3 +181,67 @@ impl PySseServer {
             .expect("the Python SSE server is killed");
     }
 }
+
+/// `tests/fixtures/mcp/oauth_server.py` serving: a protected MCP server
+/// and its authorization server, built with the SDK's `mcp.server.auth`;
+/// killed when dropped.
+pub struct PyOAuthServer {
+    _child: Child,
+    /// Its MCP endpoint, `http://127.0.0.1:PORT/mcp` (`/sse` with `--sse`).
+    pub url: String,
+    /// `http://127.0.0.1:PORT`: its authorization server and test controls.
+    pub base: String,
+}
+
+impl PyOAuthServer {
+    /// Starts it with `args` (see the script) and waits until it serves.
+    pub async fn start(args: &[&str]) -> Self {
+        let script = repo().join("tests/fixtures/mcp/oauth_server.py");
+        let mut child = Command::new(mcp_python())
+            .arg(&script)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the Python OAuth server starts");
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let url = tokio::time::timeout(WAIT, lines.next_line())
+            .await
+            .expect("oauth_server.py prints its URL in time")
+            .unwrap()
+            .unwrap_or_else(|| panic!("oauth_server.py ended before printing its URL"));
+        let base = url
+            .strip_suffix("/mcp")
+            .or_else(|| url.strip_suffix("/sse"))
+            .unwrap_or_else(|| panic!("unexpected first line {url:?}"))
+            .to_string();
+        Self {
+            _child: child,
+            url,
+            base,
+        }
+    }
+
+    /// What its authorization server saw (`GET /__test/log`).
+    pub async fn log(&self) -> serde_json::Value {
+        super::http_client()
+            .get(format!("{}/__test/log", self.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// `POST /__test/{what}` (`expire`, `refuse-refresh`).
+    pub async fn control(&self, what: &str) {
+        let r = super::http_client()
+            .post(format!("{}/__test/{what}", self.base))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{what}: {}", r.status());
+    }
+}
