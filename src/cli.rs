@@ -71,6 +71,7 @@ pub enum SchemaOf {
     Manifest,
     /// The agent config (`--config`).
     Config,
+}
 
 #[derive(Debug, Args)]
 pub struct AuthArgs {

@@ -171,7 +171,12 @@ impl McpServers {
         };
         tracing::info!(mcp_server = %name, "restarting the MCP server (asked for on the admin endpoint)");
         old.stop(Instant::now() + RESTART_STOP_GRACE);
-        let session = Session::new(old.spec.clone(), old.listing(), self.inner.changed.clone());
+        let session = Session::new(
+            old.spec.clone(),
+            old.listing(),
+            self.inner.changed.clone(),
+            old.auth().cloned(),
+        );
         session.restarted_from(&old);
         self.inner.tasks.spawn(
             session

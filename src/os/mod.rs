@@ -276,23 +276,6 @@ pub(crate) fn open_files_limit() -> Option<u64> {
     imp::open_files_limit()
 }
 
-/// Writes `bytes` to a new file at `path` that only this process's user
-/// may read (mode 0600 on Unix; on Windows, the ACL the file inherits from
-/// its folder). A file already there is removed first, so one made by
-/// someone else is never written into; a symlink is not followed.
-pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    imp::private_mode(&mut options);
-    use std::io::Write as _;
-    options.open(path)?.write_all(bytes)
-}
-
 /// This process's stdin, readable without a blocked thread where that is
 /// possible (a pipe on Unix is registered with the reactor).
 pub(crate) fn stdin() -> Box<dyn tokio::io::AsyncRead + Send + Unpin> {

@@ -65,12 +65,6 @@ pub(super) fn is_executable(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// Readable and writable by the owner only.
-pub(super) fn private_mode(options: &mut std::fs::OpenOptions) {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    options.mode(0o600);
-}
-
 /// Go's runtime and most servers raise the soft limit to the hard one too;
 /// systemd starts services with a soft limit of 1024.
 pub(super) fn open_files_limit() -> Option<u64> {

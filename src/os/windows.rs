@@ -66,10 +66,6 @@ pub(super) fn is_executable(path: &Path) -> bool {
     path.is_file()
 }
 
-/// The file inherits its folder's ACL (a user's profile, or a folder the
-/// service's account owns): nothing to set here.
-pub(super) fn private_mode(_options: &mut std::fs::OpenOptions) {}
-
 /// Windows bounds handles per process far above anything the callback
 /// server holds; there is no per-process limit to raise.
 pub(super) fn open_files_limit() -> Option<u64> {
