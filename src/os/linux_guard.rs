@@ -41,8 +41,6 @@ const SLOTS: usize = 4096;
 static TABLE: OnceLock<&'static [AtomicI32]> = OnceLock::new();
 /// Where the next claim starts looking.
 static NEXT: AtomicUsize = AtomicUsize::new(0);
-/// The guardian's pid, for tests and the log.
-static GUARDIAN: OnceLock<libc::pid_t> = OnceLock::new();
 
 /// A claimed slot of the table; dropping it frees it (the group is no
 /// longer guarded).
@@ -83,11 +81,6 @@ pub(super) fn claim() -> Option<Slot> {
         );
     });
     None
-}
-
-/// The guardian's pid, once started.
-pub(super) fn pid() -> Option<u32> {
-    GUARDIAN.get().and_then(|p| u32::try_from(*p).ok())
 }
 
 /// Forks the guardian (once per process).
@@ -142,7 +135,7 @@ pub(super) fn start() -> io::Result<()> {
     // SAFETY: our own descriptor, closed once.
     unsafe { libc::close(read_end) };
     let _ = TABLE.set(table);
-    let _ = GUARDIAN.set(pid);
+    tracing::debug!(pid, "the guardian runs");
     Ok(())
 }
 

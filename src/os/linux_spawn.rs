@@ -159,8 +159,13 @@ impl Drop for Started {
             libc::kill(self.pid, libc::SIGKILL);
         }
         drop(self.slot.take());
-        let pidfd = self.pidfd.take();
-        reap_later(self.pid, pidfd.map(Exit::from_pidfd).and_then(Result::ok));
+        // A spawning thread (the caller had gone when the send failed) has
+        // no runtime to register the pidfd with: it reaps at once.
+        let exit = match (self.pidfd.take(), tokio::runtime::Handle::try_current()) {
+            (Some(fd), Ok(_)) => Exit::from_pidfd(fd).ok(),
+            _ => None,
+        };
+        reap_later(self.pid, exit);
     }
 }
 
@@ -977,7 +982,9 @@ fn spawn_thread(pool: &'static Pool) {
                 s.idle -= 1;
             }
         };
-        job();
+        // A job that panicked must not take the thread (and its count)
+        // with it; its caller learns of it from the dropped sender.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
         let mut s = pool.lock();
         s.running -= 1;
         #[cfg(test)]
@@ -1372,6 +1379,17 @@ mod tests {
             !Path::new(&format!("/proc/{pid}")).exists()
         })
         .await;
+    }
+
+    /// The path of a job whose caller went while its child was being
+    /// made: the child is ended on the spawning thread, with no runtime.
+    #[test]
+    fn a_started_child_dropped_outside_a_runtime_is_killed_and_reaped() {
+        let started = start(prepare(&sh("exec sleep 30")).unwrap(), None).unwrap();
+        let pid = started.pid;
+        assert!(Path::new(&format!("/proc/{pid}")).exists());
+        drop(started);
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "not reaped");
     }
 
     #[tokio::test]

@@ -197,14 +197,6 @@ pub fn prepare_daemon_process() {
     }
 }
 
-/// The guardian's pid (`prepare_daemon_process`), where there is one.
-pub fn guardian_pid() -> Option<u32> {
-    #[cfg(target_os = "linux")]
-    return linux_guard::pid();
-    #[cfg(not(target_os = "linux"))]
-    None
-}
-
 /// Puts SIGCHLD back to its default action if this process was started
 /// with it ignored (a parent may ignore it, and the setting survives
 /// `exec`): with SIGCHLD ignored the kernel reaps children by itself, so
