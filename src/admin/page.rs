@@ -266,7 +266,9 @@ fn state_cell(t: &ToolView) -> String {
     if detail.is_empty() {
         format!("<span class=\"state {class}\" data-i18n=\"{key}\">{name}</span>")
     } else {
-        format!("<span class=\"state {class}\" data-i18n=\"{key}\">{name}</span><div class=\"detail\">{detail}</div>")
+        format!(
+            "<span class=\"state {class}\" data-i18n=\"{key}\">{name}</span><div class=\"detail\">{detail}</div>"
+        )
     }
 }
 
