@@ -199,10 +199,10 @@ fn render_tools(out: &mut String, sample: &Sample, v: &StatusView) {
             name = esc(&t.name),
             desc = esc(&shorten(description, 300)),
             state = state_cell(t),
-            role = t
-                .role
-                .as_deref()
-                .map_or_else(|| "<span class=\"hint\" data-i18n=\"tools.allRoles\">every role</span>".to_owned(), esc),
+            role = t.role.as_deref().map_or_else(
+                || "<span class=\"hint\" data-i18n=\"tools.allRoles\">every role</span>".to_owned(),
+                esc
+            ),
             target = esc(t.target.as_deref().unwrap_or("-")),
             declared = esc(t.declared_at.as_deref().unwrap_or("-")),
             last_good = if t.serving_last_good {
