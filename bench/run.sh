@@ -25,7 +25,8 @@
 # NEKO_SIDECAR_BIN (the daemon binary to measure, default
 # target/release/neko-sidecar; the drivers read it too),
 # BENCH_HALT_POLL_NS, BENCH_KEEP_WORK=1 (keep the work directory, with every
-# process's log, and say where).
+# process's log, and say where), BENCH_CALL_HISTORY=N (`[admin]
+# call_history` of the daemons the drivers start; default: the daemon's 200).
 #
 # BENCH_HALT_POLL_NS=N: in a VM guest whose idle driver is cpuidle-haltpoll,
 # idle vCPUs poll for up to N ns before halting, for the run (restored on

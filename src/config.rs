@@ -406,7 +406,7 @@ fn build(
             "call_history",
             0..=crate::admin::history::MAX_CALLS as i64,
             crate::admin::history::DEFAULT_CALLS,
-            "0 (off) to 100000",
+            "0 (off) to 10000",
         );
         AdminConfig {
             listen,
@@ -732,7 +732,7 @@ mod tests {
         let e = errors("source = \"plugin:w\"\n[admin]\ncall_history = -1\n");
         assert_eq!(
             e,
-            ["a.toml:3:16: error: `call_history` is -1: allowed values are 0 (off) to 100000"]
+            ["a.toml:3:16: error: `call_history` is -1: allowed values are 0 (off) to 10000"]
         );
     }
 

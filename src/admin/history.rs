@@ -33,7 +33,7 @@ use crate::logging::scrub;
 /// The default of `[admin] call_history`.
 pub const DEFAULT_CALLS: usize = 200;
 /// The largest `[admin] call_history`.
-pub const MAX_CALLS: usize = 100_000;
+pub const MAX_CALLS: usize = 10_000;
 /// Arguments longer than this are cut (the full size is shown).
 pub const ARGUMENTS_BYTES: usize = 4 * 1024;
 /// The model's text longer than this is cut (the full size is shown).
@@ -249,7 +249,9 @@ impl Ring {
                     + c.pictures.capacity() * std::mem::size_of::<PictureSeen>()
                     + c.pictures
                         .iter()
-                        .map(|p| p.mime.capacity() + p.data_b64.as_ref().map_or(0, String::capacity))
+                        .map(|p| {
+                            p.mime.capacity() + p.data_b64.as_ref().map_or(0, String::capacity)
+                        })
                         .sum::<usize>()
             })
             .sum();
@@ -365,7 +367,10 @@ mod tests {
         assert_eq!((v.calls.len(), v.recorded), (DEFAULT_CALLS, 1000));
         // About 400 bytes an entry: its slot, the time, the texts.
         let per_entry = v.heap_bytes / DEFAULT_CALLS;
-        eprintln!("the call history at {DEFAULT_CALLS} calls of benchmark 3: {} bytes ({per_entry} an entry)", v.heap_bytes);
+        eprintln!(
+            "the call history at {DEFAULT_CALLS} calls of benchmark 3: {} bytes ({per_entry} an entry)",
+            v.heap_bytes
+        );
         assert!(v.heap_bytes >= DEFAULT_CALLS * std::mem::size_of::<CallRecord>());
         assert!(v.heap_bytes < 128 * 1024, "{} bytes", v.heap_bytes);
     }

@@ -82,7 +82,10 @@ mod tests {
             missing.sort();
             assert!(missing.is_empty(), "{locale} lacks {missing:?}");
             assert_eq!(m.len(), en.len(), "{locale} has keys English lacks");
-            assert!(m.values().all(|v| v.as_str().is_some_and(|s| !s.trim().is_empty())));
+            assert!(
+                m.values()
+                    .all(|v| v.as_str().is_some_and(|s| !s.trim().is_empty()))
+            );
         }
         assert_eq!(catalogue("fr"), None);
         assert_eq!(catalogue("../en"), None);
@@ -113,7 +116,14 @@ mod tests {
                 }
             }
         }
-        for state in ["pending", "registered", "conflict", "rejected", "waiting_for_role", "retrying"] {
+        for state in [
+            "pending",
+            "registered",
+            "conflict",
+            "rejected",
+            "waiting_for_role",
+            "retrying",
+        ] {
             assert!(en.contains_key(state_key(state)));
         }
         for phase in ["starting", "ready", "restarting", "stopped"] {

@@ -199,10 +199,10 @@ fn render_tools(out: &mut String, sample: &Sample, v: &StatusView) {
             name = esc(&t.name),
             desc = esc(&shorten(description, 300)),
             state = state_cell(t),
-            role = t
-                .role
-                .as_deref()
-                .map_or_else(|| "<span class=\"hint\">every role</span>".to_owned(), esc),
+            role = t.role.as_deref().map_or_else(
+                || "<span class=\"hint\" data-i18n=\"tools.allRoles\">every role</span>".to_owned(),
+                esc
+            ),
             target = esc(t.target.as_deref().unwrap_or("-")),
             declared = esc(t.declared_at.as_deref().unwrap_or("-")),
             last_good = if t.serving_last_good {
@@ -266,13 +266,15 @@ fn state_cell(t: &ToolView) -> String {
     if detail.is_empty() {
         format!("<span class=\"state {class}\" data-i18n=\"{key}\">{name}</span>")
     } else {
-        format!("<span class=\"state {class}\" data-i18n=\"{key}\">{name}</span><div class=\"detail\">{detail}</div>")
+        format!(
+            "<span class=\"state {class}\" data-i18n=\"{key}\">{name}</span><div class=\"detail\">{detail}</div>"
+        )
     }
 }
 
 fn last_call_cell(t: &ToolView) -> String {
     let Some(l) = &t.last_call else {
-        return "<span class=\"hint\">none yet</span>".to_owned();
+        return "<span class=\"hint\" data-i18n=\"common.none\">none yet</span>".to_owned();
     };
     let how = if l.outcome == "ok" {
         "<span class=\"ok\">ok</span>".to_owned()

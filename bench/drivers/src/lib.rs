@@ -171,10 +171,16 @@ impl SidecarProc {
     /// Writes `agent.toml` into `dir` (manifests go to `dir/tools.d`, which
     /// must already hold them) and starts the daemon.
     pub fn start(dir: &Path, s: &AgentSettings<'_>) -> Result<Self, BoxError> {
-        let agent = format!(
+        // BENCH_CALL_HISTORY=N sets `[admin] call_history` (the default,
+        // 200, otherwise), to weigh the call history's cost against 0.
+        let history = std::env::var("BENCH_CALL_HISTORY")
+            .map(|n| format!("call_history = {n}\n"))
+            .unwrap_or_default();
+        let mut agent = format!(
             "source = \"{}\"\nmanifest_dirs = [\"tools.d\"]\n[main_server]\nurl = \"{}\"\n[callback]\nlisten = \"127.0.0.1:0\"\n[registration]\npoll_interval = \"{}\"\n[reload]\ndebounce = \"{}\"\n[admin]\nlisten = \"\"\n[log]\nlevel = \"warn\"\n",
             s.source, s.main_server, s.poll_interval, s.debounce
         );
+        agent = agent.replace("[admin]\n", &format!("[admin]\n{history}"));
         std::fs::write(dir.join("agent.toml"), agent)?;
         let log = std::fs::File::create(dir.join("sidecar.log"))?;
         let child = Command::new(sidecar_bin())

@@ -42,6 +42,8 @@ DEFAULT_ADMIN = "127.0.0.1:48931"
 # carry two pictures of 2 MiB of base64 each).
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
 PICTURE_MIMES = ("image/png", "image/jpeg")
+# The panel shows this many of the newest calls.
+PANEL_CALLS = 50
 
 
 def new_token() -> str:
@@ -149,6 +151,10 @@ def read_state(admin: Admin | None, why_no_admin: str | None) -> dict:
         return {"status": status, "calls": None, "error": error("errors.unreachable", str(e))}
     if code != 200:
         return {"status": status, "schemas": schemas, "calls": None, "error": refused(code, calls)}
+    if isinstance(calls, dict) and isinstance(calls.get("calls"), list):
+        # The newest only: the whole ring (with its pictures) would make
+        # every refresh of the panel heavy; `status --calls` has the rest.
+        calls = dict(calls, calls=calls["calls"][:PANEL_CALLS])
     return {"status": status, "schemas": schemas, "calls": calls, "error": None}
 
 

@@ -127,7 +127,10 @@ async fn zero_turns_the_history_off() {
         .unwrap();
     let (code, v) = post_calls(&run, &[("origin", &own), ("x-neko-token", &token)], "").await;
     assert_eq!(code, 200, "{v}");
-    assert_eq!(v, json!({"capacity": 0, "recorded": 0, "heap_bytes": 0, "calls": []}));
+    assert_eq!(
+        v,
+        json!({"capacity": 0, "recorded": 0, "heap_bytes": 0, "calls": []})
+    );
     // The call itself was served and counted.
     assert_eq!(run.status_json().await["tools"][0]["calls"], 1);
     run.stop().await;
