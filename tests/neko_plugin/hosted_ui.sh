@@ -7,14 +7,12 @@
 #   folder), and no hard-coded UI string (TypeScript's parser);
 # - panel.py: the panel's Python through the SDK double against a running
 #   sidecar and the stand-in main_server.
-# Needs python3 (3.11+) and node with npm (Debian: nodejs, npm; installed
-# here when missing).
+# Needs python3 (3.11+) and node with npm (from .ci/packages, installed
+# here through .ci/deps when missing).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${1:?usage: hosted_ui.sh NEKO_SIDECAR_BIN}
-if ! command -v npm >/dev/null 2>&1; then
-  apt-get update -qq && apt-get install -y -qq nodejs npm
-fi
+.ci/deps python3 node npm
 python3 tests/neko_plugin/i18n.py
 tests/neko_plugin/check_tsx.sh
 python3 tests/neko_plugin/panel.py "$bin"
