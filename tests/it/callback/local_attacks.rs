@@ -204,9 +204,13 @@ async fn bodies_past_the_memory_bound_get_a_counted_503_envelope() {
             == 1)
         .await
     );
-    let (status, body) = sc
-        .call("gate", json!({"blob": "y".repeat(10 * 1024)}))
-        .await;
+    // Without the bound it would reach the handler and wait there for ever.
+    let (status, body) = tokio::time::timeout(
+        Duration::from_secs(10),
+        sc.call("gate", json!({"blob": "y".repeat(10 * 1024)})),
+    )
+    .await
+    .expect("answered while the memory is held");
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["output"]["code"], "SIDECAR_BUSY", "{body}");
     assert!(
