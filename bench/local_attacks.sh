@@ -106,7 +106,7 @@ listen = "127.0.0.1:$AD"
 [log]
 level = "warn"
 EOF
-    (ulimit -Hn 16384; ulimit -Sn 16384; exec "$BIN" run --config "$WORK/agent.toml") \
+    (ulimit -Sn 16384; ulimit -Hn 16384; exec "$BIN" run --config "$WORK/agent.toml") \
         >"$WORK/sidecar-$attack.log" 2>&1 &
     SC=$!
     PIDS+=("$SC")

@@ -134,18 +134,13 @@ impl AdminClient {
 
     /// Checks that the process at the admin address knows the identity
     /// token of `token_file` (see `identity`).
-    pub(crate) async fn verify(
-        &self,
-        config: &Path,
-        token_file: &Path,
-    ) -> Result<(), ClientError> {
-        let token = super::identity::read_token_file(token_file).map_err(|e| {
-            ClientError::TokenFile {
+    pub(crate) async fn verify(&self, config: &Path, token_file: &Path) -> Result<(), ClientError> {
+        let token =
+            super::identity::read_token_file(token_file).map_err(|e| ClientError::TokenFile {
                 path: token_file.to_path_buf(),
                 config: config.to_path_buf(),
                 reason: e.to_string(),
-            }
-        })?;
+            })?;
         let challenge = super::identity::challenge().ok_or_else(|| ClientError::BadAnswer {
             url: self.base.clone(),
             what: "nothing: this system gave no randomness for a challenge".into(),

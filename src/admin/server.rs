@@ -65,7 +65,7 @@ use super::sample::AdminState;
 use super::view;
 use crate::callback::limits::peer_allowed;
 use crate::callback::listener::admin_connection_bound;
-use crate::callback::transport::{ConnectionLimits, Conn, Serve, Transport, accept_loop};
+use crate::callback::transport::{Conn, ConnectionLimits, Serve, Transport, accept_loop};
 use crate::daemon::Daemon;
 use crate::devserver::gates::is_loopback_host;
 
@@ -100,20 +100,23 @@ impl Serve for Admin {
         &self.transport
     }
 
-    fn serve(
+    async fn serve(
         self: Arc<Self>,
         conn: Arc<Conn>,
         peer: SocketAddr,
         req: Request<Incoming>,
-    ) -> impl Future<Output = Response> + Send {
-        async move {
+    ) -> Response {
+        {
             let (mut parts, body) = req.into_parts();
             let has_body = parts.headers.contains_key(header::TRANSFER_ENCODING)
                 || parts
                     .headers
                     .get(header::CONTENT_LENGTH)
                     .is_some_and(|v| v != "0");
-            let host = parts.headers.get(header::HOST).and_then(|h| h.to_str().ok());
+            let host = parts
+                .headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok());
             let trusted = peer_allowed(peer) && is_loopback_host(host);
             let body = if !has_body {
                 Body::empty()
@@ -129,9 +132,17 @@ impl Serve for Admin {
                         conn.leave_body_unread();
                         let too_large = e.is::<http_body_util::LengthLimitError>();
                         let (code, text) = if too_large {
-                            (StatusCode::PAYLOAD_TOO_LARGE, format!("the request body is larger than the admin endpoints accept ({MAX_BODY_BYTES} bytes)\n"))
+                            (
+                                StatusCode::PAYLOAD_TOO_LARGE,
+                                format!(
+                                    "the request body is larger than the admin endpoints accept ({MAX_BODY_BYTES} bytes)\n"
+                                ),
+                            )
                         } else {
-                            (StatusCode::BAD_REQUEST, format!("the request body could not be read: {e}\n"))
+                            (
+                                StatusCode::BAD_REQUEST,
+                                format!("the request body could not be read: {e}\n"),
+                            )
                         };
                         return closing((code, text).into_response());
                     }

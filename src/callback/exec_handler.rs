@@ -337,7 +337,12 @@ fn for_the_model(tool: &str, program: &str, reason: String) -> String {
     let Some(cut) = reason.find(" (looked in ") else {
         return reason;
     };
-    tracing::warn!(tool, program, reason, "an exec handler's program was not found");
+    tracing::warn!(
+        tool,
+        program,
+        reason,
+        "an exec handler's program was not found"
+    );
     format!(
         "{}; the sidecar's log says where it was looked for",
         &reason[..cut]

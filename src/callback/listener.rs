@@ -82,7 +82,10 @@ mod tests {
         for files in [1024u64, 20_000, 524_288] {
             let callback = share(1_000_000, files, 2) as u64;
             let admin = share(crate::admin::MAX_CONNECTIONS, files, 16) as u64;
-            assert!(callback + admin <= files * 9 / 16, "{files}: {callback} + {admin}");
+            assert!(
+                callback + admin <= files * 9 / 16,
+                "{files}: {callback} + {admin}"
+            );
         }
         assert_eq!(share(1024, 1024, 2), 512);
         assert_eq!(share(crate::admin::MAX_CONNECTIONS, 1024, 16), 64);

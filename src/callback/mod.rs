@@ -80,8 +80,8 @@ use handler::HandlerContext;
 use http_handler::HttpClients;
 use routes::RouteTable;
 use server::{Answer, BodyError, answer};
-use transport::{ConnectionLimits, Transport};
 use stats::{Rejections, ToolStatsSnapshot};
+use transport::{ConnectionLimits, Transport};
 
 pub use stats::{Outcome, RejectionCounts};
 pub use transport::ConnectionCounts;

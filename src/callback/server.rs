@@ -39,13 +39,13 @@ impl Serve for Shared {
         &self.transport
     }
 
-    fn serve(
+    async fn serve(
         self: Arc<Self>,
         conn: Arc<Conn>,
         peer: SocketAddr,
         req: Request<Incoming>,
-    ) -> impl Future<Output = Answer> + Send {
-        async move { respond(&self, &conn, peer, req).await }
+    ) -> Answer {
+        respond(&self, &conn, peer, req).await
     }
 }
 

@@ -96,9 +96,7 @@ pub(crate) struct ConnectionLimits {
 /// What a listener does with a request: the answer, given the connection
 /// (to claim its slot, or to mark a body left unread) and the peer.
 pub(crate) trait Serve: Send + Sync + 'static {
-    type Body: hyper::body::Body<Data = axum::body::Bytes, Error = Self::BodyError>
-        + Send
-        + 'static;
+    type Body: hyper::body::Body<Data = axum::body::Bytes, Error = Self::BodyError> + Send + 'static;
     type BodyError: Into<Box<dyn std::error::Error + Send + Sync>>;
 
     fn transport(&self) -> &Transport;
@@ -430,10 +428,7 @@ pub(crate) async fn accept_loop<S: Serve>(service: Arc<S>, listener: TcpListener
     let stop = t.stop.clone();
     loop {
         let mut waited = false;
-        loop {
-            let Room::WaitUntil(at) = t.make_room() else {
-                break;
-            };
+        while let Room::WaitUntil(at) = t.make_room() {
             if !waited {
                 waited = true;
                 t.counters.waited.fetch_add(1, Ordering::Relaxed);
@@ -705,13 +700,20 @@ mod tests {
         for (i, expected) in order.iter().enumerate() {
             assert_eq!(t.make_room(), Room::Free);
             assert!(expected.evict.is_cancelled(), "#{i} went");
-            assert!(order[i + 1..].iter().all(|c| !c.evict.is_cancelled()), "#{i}");
+            assert!(
+                order[i + 1..].iter().all(|c| !c.evict.is_cancelled()),
+                "#{i}"
+            );
             // A fresh connection takes its place, in its grace.
             t.add(false);
         }
         let counts = t.counts();
         assert_eq!(
-            (counts.evicted_lingering, counts.evicted_unproven, counts.evicted_idle),
+            (
+                counts.evicted_lingering,
+                counts.evicted_unproven,
+                counts.evicted_idle
+            ),
             (1, 1, 2)
         );
         // Only fresh connections are left: the next one waits.

@@ -357,15 +357,25 @@ mod tests {
     fn a_call_id_longer_than_main_servers_is_refused_and_a_long_name_is_not_echoed() {
         let at_limit = "c".repeat(MAX_CALL_ID_BYTES);
         let body = json!({"name": "weather", "arguments": {}, "call_id": at_limit}).to_string();
-        assert_eq!(parse_request(body.as_bytes(), "weather").unwrap().call_id, at_limit);
+        assert_eq!(
+            parse_request(body.as_bytes(), "weather").unwrap().call_id,
+            at_limit
+        );
         let long = "c".repeat(MAX_CALL_ID_BYTES + 1);
         let body = json!({"name": "weather", "arguments": {}, "call_id": long}).to_string();
         let e = parse_request(body.as_bytes(), "weather").unwrap_err();
         let msg = e.error.clone().unwrap();
-        assert!(msg.contains("`call_id` is 257 bytes long; the sidecar accepts at most 256"), "{msg}");
+        assert!(
+            msg.contains("`call_id` is 257 bytes long; the sidecar accepts at most 256"),
+            "{msg}"
+        );
         assert_eq!(e.code(), Some("BAD_CALLBACK_BODY"));
         let body = json!({"name": "x".repeat(100_000), "arguments": {}}).to_string();
-        let msg = parse_request(body.as_bytes(), "weather").unwrap_err().error.clone().unwrap();
+        let msg = parse_request(body.as_bytes(), "weather")
+            .unwrap_err()
+            .error
+            .clone()
+            .unwrap();
         assert!(msg.len() < 500, "{}", msg.len());
     }
 }

@@ -16,8 +16,8 @@ use serde_json::Value as Json;
 use toml::de::{DeTable, DeValue};
 
 use super::{
-    ExecHandler, Handler, HttpHandler, InheritEnv, McpServerSpec, Origin, ToolSpec, UnbridgedServer,
-    default_parameters, schema,
+    ExecHandler, Handler, HttpHandler, InheritEnv, McpServerSpec, Origin, ToolSpec,
+    UnbridgedServer, default_parameters, schema,
 };
 use crate::config::{absolutize, runtime_path};
 use crate::contract::url_host_is_loopback;

@@ -144,7 +144,12 @@ impl std::fmt::Display for Handler {
             // URLs as `remote::redact_url` shows them, wherever this is
             // shown (`/status`, the inspector, the log).
             Handler::Http(h) => match &h.unix_socket {
-                Some(s) => write!(f, "http {} via unix:{}", remote::redact_url(&h.url), s.display()),
+                Some(s) => write!(
+                    f,
+                    "http {} via unix:{}",
+                    remote::redact_url(&h.url),
+                    s.display()
+                ),
                 None => write!(f, "http {}", remote::redact_url(&h.url)),
             },
             Handler::Exec(e) => {

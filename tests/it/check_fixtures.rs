@@ -464,7 +464,8 @@ fn line_diff_marks_missing_and_extra_lines() {
 }
 
 /// The Debian package's `/etc/neko-sidecar/agent.toml` is the example
-/// config with the package's manifest directory: the two must not drift.
+/// config with the package's manifest directory and identity token file:
+/// the two must not drift.
 #[test]
 fn the_packaged_config_is_the_example_with_the_packages_manifest_dir() {
     let read = |p: &str| std::fs::read_to_string(repo().join(p)).unwrap();
@@ -476,6 +477,9 @@ fn the_packaged_config_is_the_example_with_the_packages_manifest_dir() {
             .map(|l| {
                 if l.starts_with("manifest_dirs = ") {
                     "manifest_dirs".into()
+                } else if l.trim_start_matches("# ").starts_with("token_file = ") {
+                    // The package's is set (systemd's RuntimeDirectory).
+                    "token_file".into()
                 } else {
                     l.to_string()
                 }
@@ -488,5 +492,10 @@ fn the_packaged_config_is_the_example_with_the_packages_manifest_dir() {
         packaged
             .lines()
             .any(|l| l == r#"manifest_dirs = ["tools.d"]"#)
+    );
+    assert!(
+        packaged
+            .lines()
+            .any(|l| l == r#"token_file = "/run/neko-sidecar/admin.token""#)
     );
 }

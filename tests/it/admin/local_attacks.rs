@@ -24,14 +24,18 @@ async fn an_idle_connection_flood_on_the_admin_port_takes_neither_it_nor_the_cal
     let target = format!("http://127.0.0.1:{}/x", refused_port());
     ws.write_tool("t.toml", &http_tool("t", "d", &target, ""));
     let run = start(&ws.admin_config(&h.url(), "")).await;
-    run.wait("t registered", |s| s.state("t") == Some(&ToolState::Registered))
-        .await;
+    run.wait("t registered", |s| {
+        s.state("t") == Some(&ToolState::Registered)
+    })
+    .await;
     let bound = neko_sidecar::admin::MAX_CONNECTIONS;
     let mut flood = Vec::new();
     for i in 0..3 * bound {
         let mut s = TcpStream::connect(run.admin).await.unwrap();
         if i % 2 == 0 {
-            s.write_all(b"GET /status HTTP/1.1\r\nhost: 127.0").await.unwrap();
+            s.write_all(b"GET /status HTTP/1.1\r\nhost: 127.0")
+                .await
+                .unwrap();
         }
         flood.push(s);
     }
@@ -41,7 +45,11 @@ async fn an_idle_connection_flood_on_the_admin_port_takes_neither_it_nor_the_cal
         .expect("/healthz answered during the flood");
     assert_eq!((code, body.as_str()), (200, "ok\n"));
     let a = h.invoke(call("t", json!({}))).await.unwrap();
-    assert!(a.model_text.contains("HANDLER_UNREACHABLE"), "{}", a.model_text);
+    assert!(
+        a.model_text.contains("HANDLER_UNREACHABLE"),
+        "{}",
+        a.model_text
+    );
     // The listener closed all but its bound of them.
     let mut closed = 0;
     for s in &mut flood {
@@ -74,12 +82,19 @@ async fn a_handler_urls_password_and_query_reach_neither_the_model_nor_status() 
     let target = format!("http://admin:{PASSWORD}@127.0.0.1:{port}/x?apikey={KEY}&v=1");
     ws.write_tool("t.toml", &http_tool("t", "d", &target, ""));
     let run = start(&ws.admin_config(&h.url(), "")).await;
-    run.wait("t registered", |s| s.state("t") == Some(&ToolState::Registered))
-        .await;
+    run.wait("t registered", |s| {
+        s.state("t") == Some(&ToolState::Registered)
+    })
+    .await;
     let a = h.invoke(call("t", json!({}))).await.unwrap();
-    assert!(a.model_text.contains("HANDLER_UNREACHABLE"), "{}", a.model_text);
     assert!(
-        a.model_text.contains(&format!("http://admin:…@127.0.0.1:{port}/x?apikey=…&v=…")),
+        a.model_text.contains("HANDLER_UNREACHABLE"),
+        "{}",
+        a.model_text
+    );
+    assert!(
+        a.model_text
+            .contains(&format!("http://admin:…@127.0.0.1:{port}/x?apikey=…&v=…")),
         "{}",
         a.model_text
     );
@@ -96,7 +111,13 @@ async fn a_handler_urls_password_and_query_reach_neither_the_model_nor_status() 
     }
     // `/status` still says where the handler is.
     let status = run.status_json().await;
-    let shown = status["tools"][0]["target"].as_str().unwrap_or_default().to_owned();
-    assert!(shown.contains(&format!("127.0.0.1:{port}/x?apikey=…")), "{status:#}");
+    let shown = status["tools"][0]["target"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        shown.contains(&format!("127.0.0.1:{port}/x?apikey=…")),
+        "{status:#}"
+    );
     run.stop().await;
 }

@@ -430,7 +430,10 @@ async fn the_scrape_is_valid_and_has_every_listed_series() {
             0.0
         );
     }
-    assert_eq!(p.must("neko_sidecar_callback_connection_waits_total", &[]), 0.0);
+    assert_eq!(
+        p.must("neko_sidecar_callback_connection_waits_total", &[]),
+        0.0
+    );
     assert!(p.must("neko_sidecar_callback_connections", &[]) >= 0.0);
     assert_eq!(p.must("neko_sidecar_manifest_files", &[]), 1.0);
     assert_eq!(p.must("neko_sidecar_manifest_files_in_error", &[]), 0.0);

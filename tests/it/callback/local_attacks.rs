@@ -129,14 +129,19 @@ async fn a_wrong_token_is_answered_before_its_body_is_sent() {
     let (addr, _) = split_url(&sc.handle.url_for("echo"));
     let mut s = TcpStream::connect(&addr).await.unwrap();
     // Under max_body_bytes (64 KiB), so it is not refused for its size.
-    s.write_all(tokenless_head(60_000).as_bytes()).await.unwrap();
+    s.write_all(tokenless_head(60_000).as_bytes())
+        .await
+        .unwrap();
     let mut got = Vec::new();
     // The read timeout is 10 s: well before it, the answer and the close.
     let read = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got)).await;
     let text = String::from_utf8_lossy(&got);
     assert!(read.is_ok(), "no answer before the body: {text:?}");
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    assert!(text.to_ascii_lowercase().contains("connection: close"), "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close"),
+        "{text}"
+    );
     assert!(text.contains("UNKNOWN_CALLBACK_TOKEN"), "{text}");
     assert_eq!(sc.handle.stats().rejections.unknown_token, 1);
 }
@@ -146,7 +151,12 @@ async fn a_wrong_token_is_answered_before_its_body_is_sent() {
 async fn gated(
     settings: CallbackSettings,
     extra: &str,
-) -> (tempfile::TempDir, Arc<Sidecar>, Arc<Notify>, Arc<AtomicUsize>) {
+) -> (
+    tempfile::TempDir,
+    Arc<Sidecar>,
+    Arc<Notify>,
+    Arc<AtomicUsize>,
+) {
     let release = Arc::new(Notify::new());
     let arrived = Arc::new(AtomicUsize::new(0));
     let (r, a) = (release.clone(), arrived.clone());
@@ -189,14 +199,25 @@ async fn bodies_past_the_memory_bound_get_a_counted_503_envelope() {
         let sc = sc.clone();
         tokio::spawn(async move { sc.call("gate", json!({"blob": big})).await })
     };
-    assert!(wait_until(Duration::from_secs(10), || arrived.load(Ordering::SeqCst) == 1).await);
-    let (status, body) = sc
-        .call("gate", json!({"blob": "y".repeat(10 * 1024)}))
-        .await;
+    assert!(
+        wait_until(Duration::from_secs(10), || arrived.load(Ordering::SeqCst)
+            == 1)
+        .await
+    );
+    // Without the bound it would reach the handler and wait there for ever.
+    let (status, body) = tokio::time::timeout(
+        Duration::from_secs(10),
+        sc.call("gate", json!({"blob": "y".repeat(10 * 1024)})),
+    )
+    .await
+    .expect("answered while the memory is held");
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["output"]["code"], "SIDECAR_BUSY", "{body}");
     assert!(
-        body["output"]["error"].as_str().unwrap().contains("the tool did not run"),
+        body["output"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("the tool did not run"),
         "{body}"
     );
     assert_eq!(arrived.load(Ordering::SeqCst), 1, "the second never ran");
@@ -206,9 +227,16 @@ async fn bodies_past_the_memory_bound_get_a_counted_503_envelope() {
     assert_eq!(success(&held.await.unwrap()), "through");
     let next = {
         let sc = sc.clone();
-        tokio::spawn(async move { sc.call("gate", json!({"blob": "z".repeat(10 * 1024)})).await })
+        tokio::spawn(async move {
+            sc.call("gate", json!({"blob": "z".repeat(10 * 1024)}))
+                .await
+        })
     };
-    assert!(wait_until(Duration::from_secs(10), || arrived.load(Ordering::SeqCst) == 2).await);
+    assert!(
+        wait_until(Duration::from_secs(10), || arrived.load(Ordering::SeqCst)
+            == 2)
+        .await
+    );
     release.notify_waiters();
     assert_eq!(success(&next.await.unwrap()), "through");
 }
@@ -259,7 +287,12 @@ async fn a_burst_past_the_bound_waits_and_every_call_is_answered() {
             other => failed.push(other),
         }
     }
-    assert!(failed.is_empty(), "{} of {CALLS} not answered: {:?}", failed.len(), &failed[..failed.len().min(5)]);
+    assert!(
+        failed.is_empty(),
+        "{} of {CALLS} not answered: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
     let stats = sc.handle.stats();
     let ok = stats.tools["slow"].count(neko_sidecar::callback::Outcome::Ok);
     assert_eq!(ok as usize, CALLS);
@@ -278,13 +311,19 @@ async fn a_call_that_waited_for_its_slot_until_too_late_says_so() {
         let sc = sc.clone();
         tokio::spawn(async move { sc.call("gate", json!({})).await })
     };
-    assert!(wait_until(Duration::from_secs(10), || arrived.load(Ordering::SeqCst) == 1).await);
+    assert!(
+        wait_until(Duration::from_secs(10), || arrived.load(Ordering::SeqCst)
+            == 1)
+        .await
+    );
     let second = sc.call("gate", json!({})).await;
     let first = first.await.unwrap();
     assert!(failure(&first, "TOOL_TIMEOUT").contains("did not answer within 0.9 s"));
     let msg = failure(&second, "TOO_MANY_CALLS");
     assert!(
-        msg.starts_with("too many concurrent calls of `gate` (at most 1 at a time): this call waited"),
+        msg.starts_with(
+            "too many concurrent calls of `gate` (at most 1 at a time): this call waited"
+        ),
         "{msg}"
     );
 }

@@ -198,7 +198,11 @@ async fn a_call_that_waited_for_a_server_slot_says_so() {
     };
     let (first, second) = tokio::join!(first, second);
     assert_eq!(first.output["code"], "TOOL_TIMEOUT", "{}", first.model_text);
-    assert_eq!(second.output["code"], "TOO_MANY_CALLS", "{}", second.model_text);
+    assert_eq!(
+        second.output["code"], "TOO_MANY_CALLS",
+        "{}",
+        second.model_text
+    );
     let text = &second.model_text;
     assert!(
         text.contains("too many concurrent calls of the MCP server `dev` (at most 1 at a time): this call waited"),
