@@ -60,7 +60,10 @@ impl Catalogue {
                 "Returns the given text unchanged, as one text content.",
                 json!({
                     "type": "object",
-                    "properties": {"text": {"type": "string", "description": "The text to send back."}},
+                    "properties": {
+                        "text": {"type": "string", "description": "The text to send back."},
+                        "repeat": {"type": "integer", "minimum": 1, "description": "Send the text back this many times over (at most 16 MiB in all)."}
+                    },
                     "required": ["text"]
                 }),
             ),
@@ -168,7 +171,10 @@ impl Catalogue {
                 "Returns the given text unchanged; it exists only between two calls of `toggle`.",
                 json!({
                     "type": "object",
-                    "properties": {"text": {"type": "string", "description": "The text to send back."}},
+                    "properties": {
+                        "text": {"type": "string", "description": "The text to send back."},
+                        "repeat": {"type": "integer", "minimum": 1, "description": "Send the text back this many times over (at most 16 MiB in all)."}
+                    },
                     "required": ["text"]
                 }),
             ));
