@@ -40,6 +40,15 @@ pub const TOOLS: [&str; 11] = [
 /// The tool whose input schema is not a valid JSON Schema (`--bad-schema`).
 pub const BAD_SCHEMA_TOOL: &str = "bad_schema";
 
+/// A tool named `t<n>` (the hostile fault modes' listings).
+pub(crate) fn numbered(n: u64) -> Tool {
+    Tool::new(
+        format!("t{n}"),
+        "A tool of a hostile listing.",
+        Arc::new(object(no_arguments())),
+    )
+}
+
 /// What decides the catalogue besides the fixed tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Catalogue {

@@ -4,3 +4,4 @@
 mod answers;
 mod flood;
 mod images;
+mod listings;
