@@ -261,7 +261,17 @@ async fn mcp_call(
         () = ctx.hard_stop.cancelled() => return Err(HandlerError::ShuttingDown),
     };
     match result {
-        Ok(result) => Ok(answer::envelope_for(&result).to_vec()),
+        Ok(result) => {
+            // The same bound as an http or exec handler's answer: the
+            // envelope main_server would get, images and all.
+            let bytes = answer::envelope_for(&result).to_vec();
+            if bytes.len() > ctx.max_output_bytes {
+                return Err(HandlerError::OutputTooLarge {
+                    limit: ctx.max_output_bytes,
+                });
+            }
+            Ok(bytes)
+        }
         Err(e) => Err(call_error(m, e)),
     }
 }
@@ -273,7 +283,7 @@ fn call_error(m: &McpToolHandler, e: CallError) -> HandlerError {
         CallError::Rpc { code, message } => HandlerError::McpRpc {
             server: m.server.clone(),
             code,
-            message,
+            message: cut_reason(message),
         },
         CallError::Unsupported(why) => HandlerError::Failed { detail: why },
         CallError::Lost(why) => HandlerError::Failed {
@@ -283,4 +293,18 @@ fn call_error(m: &McpToolHandler, e: CallError) -> HandlerError {
             ),
         },
     }
+}
+
+/// A server's own words cut to what a reason may quote (1 KiB), their
+/// length said: an error message is the server's to choose.
+fn cut_reason(message: String) -> String {
+    const QUOTED: usize = 1024;
+    if message.len() <= QUOTED {
+        return message;
+    }
+    let mut end = QUOTED;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &message[..end], message.len())
 }

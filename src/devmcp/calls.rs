@@ -32,9 +32,19 @@ const COLOURS: [[u8; 3]; 5] = [
     [150, 60, 180],
 ];
 
+/// The most `echo` answers with `repeat` (bytes): more than a handler's
+/// default `max_output_bytes` (8 MiB), bounded all the same.
+const MAX_ECHO_BYTES: usize = 16 * 1024 * 1024;
+
 pub(crate) fn echo(args: &JsonObject) -> CallToolResult {
+    let repeat = args.get("repeat").and_then(Value::as_u64).unwrap_or(1);
     match args.get("text").and_then(Value::as_str) {
-        Some(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
+        Some(text) if (text.len() as u64).saturating_mul(repeat) > MAX_ECHO_BYTES as u64 => {
+            tool_error("`text` repeated `repeat` times would be more than 16 MiB")
+        }
+        Some(text) => {
+            CallToolResult::success(vec![ContentBlock::text(text.repeat(repeat as usize))])
+        }
         None => tool_error("`text` must be given, as a string"),
     }
 }

@@ -293,6 +293,28 @@ impl ServerHandler for DevMcp {
             flood_with_pings(context.peer.clone());
         }
         let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        match self.shared.opts.fault {
+            Some(super::Fault::EndlessPages) => {
+                let n: u64 = cursor.and_then(|c| c.parse().ok()).unwrap_or(0);
+                let mut result = ListToolsResult::with_all_items(vec![tools::numbered(n)]);
+                result.next_cursor = Some((n + 1).to_string());
+                return Ok(result);
+            }
+            Some(super::Fault::RenameChurn) => {
+                let listing = self.shared.stats.borrow().list_calls;
+                let peer = context.peer.clone();
+                tokio::spawn(async move {
+                    for _ in 0..super::CHURN_NOTICES {
+                        if peer.notify_tool_list_changed().await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                let names = (0..5).map(|i| tools::numbered(listing * 5 + i)).collect();
+                return Ok(ListToolsResult::with_all_items(names));
+            }
+            _ => {}
+        }
         let (page, next) =
             tools::page(self.catalogue().tools(), cursor, self.shared.opts.page_size)?;
         let mut result = ListToolsResult::with_all_items(page);

@@ -88,7 +88,16 @@ pub enum Fault {
     /// carries a reply (held until shutdown), as a server that sends its
     /// own requests and stalls the replies.
     PingFlood,
+    /// Answer every `tools/list` page with one tool and a `nextCursor`,
+    /// for ever.
+    EndlessPages,
+    /// List tools whose names change at every listing, and after each
+    /// listing send [`CHURN_NOTICES`] `list_changed` notifications at once.
+    RenameChurn,
 }
+
+/// How many `list_changed` [`Fault::RenameChurn`] sends after each listing.
+pub const CHURN_NOTICES: usize = 500;
 
 /// How many `ping` requests [`Fault::PingFlood`] sends after each listing.
 pub const FLOOD_PINGS: usize = 1000;

@@ -40,6 +40,15 @@ pub const TOOLS: [&str; 11] = [
 /// The tool whose input schema is not a valid JSON Schema (`--bad-schema`).
 pub const BAD_SCHEMA_TOOL: &str = "bad_schema";
 
+/// A tool named `t<n>` (the hostile fault modes' listings).
+pub(crate) fn numbered(n: u64) -> Tool {
+    Tool::new(
+        format!("t{n}"),
+        "A tool of a hostile listing.",
+        Arc::new(object(no_arguments())),
+    )
+}
+
 /// What decides the catalogue besides the fixed tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Catalogue {
@@ -60,7 +69,10 @@ impl Catalogue {
                 "Returns the given text unchanged, as one text content.",
                 json!({
                     "type": "object",
-                    "properties": {"text": {"type": "string", "description": "The text to send back."}},
+                    "properties": {
+                        "text": {"type": "string", "description": "The text to send back."},
+                        "repeat": {"type": "integer", "minimum": 1, "description": "Send the text back this many times over (at most 16 MiB in all)."}
+                    },
                     "required": ["text"]
                 }),
             ),
@@ -168,7 +180,10 @@ impl Catalogue {
                 "Returns the given text unchanged; it exists only between two calls of `toggle`.",
                 json!({
                     "type": "object",
-                    "properties": {"text": {"type": "string", "description": "The text to send back."}},
+                    "properties": {
+                        "text": {"type": "string", "description": "The text to send back."},
+                        "repeat": {"type": "integer", "minimum": 1, "description": "Send the text back this many times over (at most 16 MiB in all)."}
+                    },
                     "required": ["text"]
                 }),
             ));

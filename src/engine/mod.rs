@@ -70,8 +70,15 @@ pub struct Engine {
     tool_retries: std::collections::BTreeMap<String, Retry>,
     /// main_server's own backoff: consecutive failed GETs.
     server_retry: Retry,
-    /// Strays already warned about, so each is reported once.
+    /// Strays already warned about, so each is reported once (only those
+    /// still listed are kept: see `pass::forget_unlisted`).
     warned_strays: BTreeSet<String>,
+    /// The names we unregistered as no longer wanted, oldest first: the
+    /// evidence (`ToolMemory::removed_url`) of at most
+    /// [`pass::MAX_REMOVED_KEPT`] of them that main_server no longer lists
+    /// is kept, so a server that renames its tools without end cannot
+    /// grow the engine.
+    removed_order: std::collections::VecDeque<String>,
     /// The random unit of the current pass (see `Retry::failed`).
     pass_unit: f64,
     /// Beaten at every loop turn (and at least every `beat_every` while
@@ -105,6 +112,7 @@ impl Engine {
             tool_retries: Default::default(),
             server_retry: Retry::default(),
             warned_strays: BTreeSet::new(),
+            removed_order: Default::default(),
             pass_unit: 1.0,
             heartbeat: None,
         })

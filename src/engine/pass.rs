@@ -11,6 +11,11 @@ use serde_json::Value as Json;
 use tokio::task::JoinSet;
 
 use super::{Engine, Next};
+
+/// Of the names we unregistered that main_server no longer lists, the
+/// evidence of this many (the newest) is kept (`Engine::removed_order`):
+/// about 600 bytes each, so at most about 2.5 MB.
+pub(crate) const MAX_REMOVED_KEPT: usize = 4096;
 use crate::client::{CallError, CallErrorKind, Client, Observed, Reply};
 use crate::desired::{Fingerprint, register_body};
 use crate::planner::{
@@ -236,21 +241,34 @@ impl Engine {
     }
 
     /// Drops memory of names neither desired nor listed anywhere, except the
-    /// evidence that we removed a name (see `ToolMemory::removed_url`).
+    /// evidence that we removed a name (see `ToolMemory::removed_url`), of
+    /// which the newest [`MAX_REMOVED_KEPT`] unlisted are kept.
     fn forget_unlisted(&mut self, observed: &Observed) {
-        let listed = |name: &str| {
-            observed
-                .tools_by_role
-                .values()
-                .any(|tools| tools.iter().any(|t| t.name == name))
-        };
+        let listed_names: std::collections::HashSet<&str> = observed
+            .tools_by_role
+            .values()
+            .flatten()
+            .map(|t| t.name.as_str())
+            .collect();
+        let listed = |name: &str| listed_names.contains(name);
         let desired = &self.desired.tools;
         self.memory.retain(|name, m| {
             desired.contains_key(name) || m.removed_url.is_some() || listed(name)
         });
+        // The evidence of removals main_server no longer lists, newest
+        // kept: an old one is of a name long gone, which another agent
+        // taking it would have shown by now.
+        let order = std::mem::take(&mut self.removed_order);
+        self.removed_order = prune_removed(
+            order,
+            &mut self.memory,
+            |name| !desired.contains_key(name) && !listed(name),
+            MAX_REMOVED_KEPT,
+        );
         let memory = &self.memory;
         self.tool_retries
             .retain(|name, _| desired.contains_key(name) || memory.contains_key(name));
+        self.warned_strays.retain(|name| listed(name));
     }
 
     /// Turns planned actions into requests with their bodies.
@@ -431,6 +449,7 @@ impl Engine {
                     // Evidence for the next passes: if it comes back from
                     // another host:port, another agent registered it.
                     m.removed_url = Some(removed_url.unwrap_or_default());
+                    self.removed_order.push_back(name.clone());
                     tracing::info!(tool = %name, "unregistered a tool of ours that is no longer declared");
                 } else {
                     tracing::info!(tool = %name, role = role.as_deref().unwrap_or("(all)"), "unregistered a copy of ours from a role the tool is no longer scoped to");
@@ -438,5 +457,65 @@ impl Engine {
             }
             (Request::Unregister { name, .. }, Err(e)) => self.failed(&name, e.to_string(), now),
         }
+    }
+}
+
+/// `order` (names we unregistered, oldest first) without repeats and names
+/// whose evidence is gone, and with the evidence of only the newest `max`
+/// names that are `gone` (neither desired nor listed) kept in `memory`.
+fn prune_removed(
+    order: std::collections::VecDeque<String>,
+    memory: &mut crate::planner::Memory,
+    gone: impl Fn(&str) -> bool,
+    max: usize,
+) -> std::collections::VecDeque<String> {
+    let mut seen = std::collections::HashSet::new();
+    let mut kept = std::collections::VecDeque::new();
+    let mut gone_kept = 0;
+    for name in order.into_iter().rev() {
+        let evidence = memory.get(&name).is_some_and(|m| m.removed_url.is_some());
+        if !evidence || !seen.insert(name.clone()) {
+            continue;
+        }
+        if gone(&name) {
+            if gone_kept >= max {
+                memory.remove(&name);
+                continue;
+            }
+            gone_kept += 1;
+        }
+        kept.push_front(name);
+    }
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::{Memory, ToolMemory};
+
+    #[test]
+    fn only_the_newest_evidence_of_names_gone_is_kept() {
+        let mut memory = Memory::new();
+        let mut order = std::collections::VecDeque::new();
+        // A server renaming its tools: a0, a1, ... each removed in turn.
+        for i in 0..10 {
+            let name = format!("a{i}");
+            memory.insert(
+                name.clone(),
+                ToolMemory {
+                    removed_url: Some(String::new()),
+                    ..ToolMemory::default()
+                },
+            );
+            order.push_back(name);
+        }
+        order.push_back("a9".into());
+        // a1 is still listed: its evidence is needed, whatever its age.
+        let order = prune_removed(order, &mut memory, |n| n != "a1", 3);
+        assert_eq!(order, ["a1", "a7", "a8", "a9"]);
+        let mut left: Vec<&String> = memory.keys().collect();
+        left.sort();
+        assert_eq!(left, ["a1", "a7", "a8", "a9"]);
     }
 }

@@ -97,6 +97,34 @@ fn remote_refs(v: &Json, pointer: &mut String, out: &mut Vec<SchemaProblem>) {
     }
 }
 
+/// The most `pattern` and `patternProperties` regular expressions one
+/// schema may hold: each is compiled (a heavy one took 5.5 MB resident
+/// before issue 49), so their count is bounded as well as their size.
+pub const MAX_PATTERNS: usize = 32;
+/// The most one compiled `pattern` may take (its program), and its lazy
+/// DFA's cache, in bytes; a pattern past it is refused with the reason.
+pub const PATTERN_SIZE_LIMIT: usize = 256 * 1024;
+
+/// How many regular expressions (`pattern` values and
+/// `patternProperties` keys) `schema` holds, wherever they are.
+fn count_patterns(schema: &Json) -> usize {
+    match schema {
+        Json::Object(map) => map
+            .iter()
+            .map(|(k, v)| {
+                let own = match (k.as_str(), v) {
+                    ("pattern", Json::String(_)) => 1,
+                    ("patternProperties", Json::Object(p)) => p.len(),
+                    _ => 0,
+                };
+                own + count_patterns(v)
+            })
+            .sum(),
+        Json::Array(items) => items.iter().map(count_patterns).sum(),
+        _ => 0,
+    }
+}
+
 /// Checks a tool's `parameters` schema and compiles it.
 pub fn compile(schema: &Json) -> Result<jsonschema::Validator, Vec<SchemaProblem>> {
     let Json::Object(root) = schema else {
@@ -105,6 +133,15 @@ pub fn compile(schema: &Json) -> Result<jsonschema::Validator, Vec<SchemaProblem
             "the parameters schema must be a JSON object",
         )]);
     };
+    let patterns = count_patterns(schema);
+    if patterns > MAX_PATTERNS {
+        return Err(vec![SchemaProblem::new(
+            "",
+            format!(
+                "the schema holds {patterns} regular expressions (`pattern`, `patternProperties`); at most {MAX_PATTERNS} are compiled per tool"
+            ),
+        )]);
+    }
     if let Some(s) = root.get("$schema") {
         let known = s
             .as_str()
@@ -151,12 +188,18 @@ pub fn compile(schema: &Json) -> Result<jsonschema::Validator, Vec<SchemaProblem
     if !problems.is_empty() {
         return Err(problems);
     }
-    jsonschema::validator_for(schema).map_err(|e| {
-        vec![SchemaProblem::new(
-            e.instance_path().as_str(),
-            format!("the schema cannot be compiled: {e}"),
-        )]
-    })
+    let patterns = jsonschema::PatternOptions::fancy_regex()
+        .size_limit(PATTERN_SIZE_LIMIT)
+        .dfa_size_limit(PATTERN_SIZE_LIMIT);
+    jsonschema::options()
+        .with_pattern_options(patterns)
+        .build(schema)
+        .map_err(|e| {
+            vec![SchemaProblem::new(
+                e.instance_path().as_str(),
+                format!("the schema cannot be compiled: {e}"),
+            )]
+        })
 }
 
 #[cfg(test)]
@@ -198,6 +241,34 @@ mod tests {
         // A property named "type" is not the keyword.
         assert!(
             compile(&json!({"type": "object", "properties": {"type": {"type": "string"}}})).is_ok()
+        );
+    }
+
+    #[test]
+    fn a_heavy_pattern_and_too_many_patterns_are_refused() {
+        // Fine alone and in numbers up to the limit.
+        let props: serde_json::Map<String, Json> = (0..MAX_PATTERNS)
+            .map(|i| {
+                (
+                    format!("p{i}"),
+                    json!({"type": "string", "pattern": "^[a-z]+$"}),
+                )
+            })
+            .collect();
+        assert!(compile(&json!({"type": "object", "properties": props})).is_ok());
+        let mut more = props.clone();
+        more.insert("x".into(), json!({"type": "string", "pattern": "^x$"}));
+        let err = compile(&json!({"type": "object", "properties": more})).unwrap_err();
+        assert_eq!(
+            err[0].message,
+            "the schema holds 33 regular expressions (`pattern`, `patternProperties`); at most 32 are compiled per tool"
+        );
+        // A pattern whose program is megabytes.
+        let heavy = json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "^(\\w{50}){50}[0-9]{1000}$"}}});
+        let err = compile(&heavy).unwrap_err();
+        assert!(
+            err[0].message.starts_with("the schema cannot be compiled"),
+            "{err:?}"
         );
     }
 

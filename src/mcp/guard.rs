@@ -167,8 +167,16 @@ where
 {
     type Error = T::Error;
 
+    /// Named in rmcp's errors ("Transport [NAME] error: ..."), which reach
+    /// the status: a transport's own name when it has one in words
+    /// ("HTTP+SSE"), never a Rust type name, which is rmcp's default.
     fn name() -> Cow<'static, str> {
-        T::name()
+        let name = T::name();
+        if name.contains("::") || name.contains('<') {
+            "connection".into()
+        } else {
+            name
+        }
     }
 
     fn send(
@@ -248,6 +256,41 @@ mod tests {
         let why = g.reason().expect("a flood ends the session");
         assert!(why.starts_with("the server sent requests faster than the sidecar answers them (more than 32 at a time; 100 dropped unanswered)"), "{why}");
         assert!(!g.admit(&id(5000)), "nothing more once tripped");
+    }
+
+    /// A transport with rmcp's default name (its Rust type name).
+    struct Unnamed;
+
+    impl Transport<RoleClient> for Unnamed {
+        type Error = std::io::Error;
+
+        fn send(
+            &mut self,
+            _item: ClientJsonRpcMessage,
+        ) -> impl Future<Output = Result<(), std::io::Error>> + Send + 'static {
+            std::future::ready(Ok(()))
+        }
+
+        async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
+            None
+        }
+
+        async fn close(&mut self) -> Result<(), std::io::Error> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_transport_is_named_in_words_never_by_its_rust_type() {
+        assert!(<Unnamed as Transport<RoleClient>>::name().contains("::"));
+        assert_eq!(
+            <Guarded<Unnamed> as Transport<RoleClient>>::name(),
+            "connection"
+        );
+        assert_eq!(
+            <Guarded<crate::mcp::sse::SseTransport> as Transport<RoleClient>>::name(),
+            "HTTP+SSE"
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@
 pub(crate) mod answer;
 mod guard;
 mod handshake;
+mod listing;
 pub(crate) mod oauth;
 mod process;
 mod remote_http;
@@ -197,12 +198,32 @@ impl McpServers {
                 let _ = session.set_offered(Vec::new(), Vec::new(), 0);
                 continue;
             };
-            let offered = tools::offered(&session.spec, &listing, |name| {
-                tools.get(name).map(|t| match &t.spec.handler {
-                    Handler::Mcp(m) => format!("tool `{name}` of MCP server `{}`", m.server),
-                    _ => format!("tool `{name}` declared at {}", t.spec.origin),
-                })
-            });
+            let mut compiled = session.compiled();
+            let mut offered = tools::offered_with(
+                &session.spec,
+                &listing,
+                |name| {
+                    tools.get(name).map(|t| match &t.spec.handler {
+                        Handler::Mcp(m) => format!("tool `{name}` of MCP server `{}`", m.server),
+                        _ => format!("tool `{name}` declared at {}", t.spec.origin),
+                    })
+                },
+                &mut compiled,
+            );
+            let over = session
+                .over_limit
+                .load(std::sync::atomic::Ordering::Relaxed);
+            if over > 0 {
+                offered.rejected.push(tools::Rejected {
+                    name: "…".into(),
+                    reason: format!(
+                        "the server lists {over} tools more than the {} the sidecar takes from one server; only the first {} listed are offered",
+                        listing::MAX_TOOLS,
+                        listing::MAX_TOOLS
+                    ),
+                });
+            }
+            session.set_compiled(compiled);
             let names = offered.tools.iter().map(|t| t.name.clone()).collect();
             let rejected = offered.rejected.clone();
             if session.set_offered(names, offered.rejected, offered.filtered) {

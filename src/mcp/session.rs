@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::guard::Guard;
 use super::handshake::{Generation, Handshake, handshake};
+use super::listing;
 use super::process::{self, ServerProcess};
 use super::remote_http::{LastFailure, RemoteHttp};
 use super::sse::SseTransport;
@@ -48,6 +49,9 @@ const DEFAULT_RELIST: Duration = Duration::from_secs(300);
 /// The shortest time to live we follow: a server saying "0 ms" must not
 /// make us list in a loop.
 const MIN_RELIST: Duration = Duration::from_secs(1);
+/// The least time between two listings of one server: `list_changed`
+/// notifications closer together are coalesced into one listing.
+const RELIST_GAP: Duration = Duration::from_secs(1);
 /// Requests in flight at once on one Streamable HTTP session.
 const HTTP_CONCURRENCY: usize = 64;
 
@@ -150,6 +154,11 @@ pub(crate) struct Session {
     in_flight: std::sync::atomic::AtomicUsize,
     /// A call saw the session break: reconnect now rather than at the ping.
     broken: Notify,
+    /// Tools of the last listing past `listing::MAX_TOOLS`, not offered.
+    pub(crate) over_limit: std::sync::atomic::AtomicUsize,
+    /// The schemas of the last offer, compiled (the hub's, see
+    /// `tools::Compiled`): only those that changed are compiled again.
+    compiled: Mutex<super::tools::Compiled>,
     /// Told when the listing changed (the hub's).
     hub: Arc<Notify>,
     stop: CancellationToken,
@@ -207,6 +216,8 @@ impl Session {
             peer: RwLock::new(None),
             in_flight: Default::default(),
             broken: Notify::new(),
+            over_limit: Default::default(),
+            compiled: Mutex::default(),
             hub,
             stop: CancellationToken::new(),
             stop_by: Mutex::new(None),
@@ -239,6 +250,16 @@ impl Session {
 
     /// What the hub made of the listing, for operators; whether the
     /// rejections changed (they are logged once per change).
+    /// The compiled schemas of the last offer, for the hub to reuse; it
+    /// puts back what the new offer compiled ([`Session::set_compiled`]).
+    pub(crate) fn compiled(&self) -> super::tools::Compiled {
+        std::mem::take(&mut *lock(&self.compiled))
+    }
+
+    pub(crate) fn set_compiled(&self, compiled: super::tools::Compiled) {
+        *lock(&self.compiled) = compiled;
+    }
+
     pub(crate) fn set_offered(
         &self,
         tools: Vec<String>,
@@ -548,6 +569,7 @@ impl Session {
             "MCP server ready"
         );
         let mut ping_at = Instant::now() + PING_INTERVAL;
+        let mut listed_at = Instant::now();
         let why = loop {
             let next_event = async {
                 match subscription.as_mut() {
@@ -584,15 +606,19 @@ impl Session {
                     break format!("the MCP server `{}` closed the session", self.spec.name);
                 }
                 () = self.broken.notified() => break format!("the session with the MCP server `{}` broke during a call", self.spec.name),
+                // A change is listed at once, or [`RELIST_GAP`] after the
+                // last listing: a flood of `list_changed` is one listing a
+                // second, not one each.
                 () = changed.notified() => {
-                    if let Err(e) = self.relist(&peer, &mut relist_at).await { break e; }
+                    relist_at = relist_at.min((listed_at + RELIST_GAP).max(Instant::now()));
                 }
                 relevant = next_event => {
                     if relevant {
-                        if let Err(e) = self.relist(&peer, &mut relist_at).await { break e; }
+                        relist_at = relist_at.min((listed_at + RELIST_GAP).max(Instant::now()));
                     }
                 }
                 () = tokio::time::sleep_until(relist_at) => {
+                    listed_at = Instant::now();
                     if let Err(e) = self.relist(&peer, &mut relist_at).await { break e; }
                 }
                 () = tokio::time::sleep_until(ping_at) => {
@@ -876,33 +902,48 @@ impl Session {
         Ok(())
     }
 
+    /// Every page of `tools/list`, within the listing's budget: at most
+    /// [`listing::MAX_PAGES`] pages and [`listing::MAX_BYTES`] bytes (a
+    /// server past either is refused, with the reason), and at most
+    /// [`listing::MAX_TOOLS`] tools (the first are kept, the rest said in
+    /// the status). A stop ends it at once.
+    async fn list_pages(&self, peer: &Peer<RoleClient>) -> Result<listing::Pages, String> {
+        let name = &self.spec.name;
+        let mut pages = listing::Pages::default();
+        let mut cursor = None;
+        loop {
+            let params = rmcp::model::PaginatedRequestParams::default().with_cursor(cursor);
+            let page = tokio::select! {
+                () = self.stop.cancelled() => return Err(format!("the MCP server `{name}` is being stopped")),
+                page = peer.list_tools(Some(params)) => page,
+            }
+            .map_err(|e| format!("tools/list of the MCP server `{name}` failed: {}", listing::service_error(&e)))?;
+            cursor = pages.add(page).map_err(|why| {
+                format!("tools/list of the MCP server `{name}` was refused: {why}")
+            })?;
+            if cursor.is_none() {
+                return Ok(pages);
+            }
+        }
+    }
+
     /// Lists every page, keeps the listing, tells the hub if it changed;
     /// returns when to list again.
     async fn list(&self, peer: &Peer<RoleClient>) -> Result<Instant, String> {
-        let merged =
-            match tokio::time::timeout(ANSWER_TIMEOUT, peer.list_all_tools_with_cache_hint()).await
-            {
-                Ok(Ok(m)) => m,
-                Ok(Err(e)) => {
-                    return Err(format!(
-                        "tools/list of the MCP server `{}` failed: {e}",
-                        self.spec.name
-                    ));
-                }
-                Err(_) => {
-                    return Err(format!(
-                        "tools/list of the MCP server `{}` got no answer in {} s",
-                        self.spec.name,
-                        ANSWER_TIMEOUT.as_secs()
-                    ));
-                }
-            };
-        let listing: Vec<Listed> = merged
-            .items
-            .iter()
-            .filter_map(|t| serde_json::to_value(t).ok())
-            .filter_map(|v| Listed::from_wire(&v))
-            .collect();
+        let merged = match tokio::time::timeout(ANSWER_TIMEOUT, self.list_pages(peer)).await {
+            Ok(Ok(m)) => m,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(format!(
+                    "tools/list of the MCP server `{}` got no answer in {} s",
+                    self.spec.name,
+                    ANSWER_TIMEOUT.as_secs()
+                ));
+            }
+        };
+        let listing = merged.listing;
+        self.over_limit
+            .store(merged.over, std::sync::atomic::Ordering::Relaxed);
         let ttl = merged
             .ttl_ms
             .map_or(DEFAULT_RELIST, Duration::from_millis)

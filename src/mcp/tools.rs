@@ -8,7 +8,7 @@
 //! tool alone, with the reason: never a truncated or renamed tool, which the
 //! model would call by a name nobody chose. Never I/O.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde_json::Value as Json;
@@ -57,14 +57,52 @@ pub(crate) struct Offered {
     pub filtered: usize,
 }
 
+/// The most bytes a tool's description may have: past it the tool is
+/// refused (a 15 MB description went to main_server as is before issue 49).
+pub(crate) const MAX_DESCRIPTION_BYTES: usize = 16 * 1024;
+/// The most bytes a tool's `inputSchema` may have, as JSON.
+pub(crate) const MAX_SCHEMA_BYTES: usize = 256 * 1024;
+
+/// The compiled schemas of a server's last offer, by MCP tool name, with
+/// the schema each was compiled from: a listing that changed recompiles
+/// only the schemas that did.
+pub(crate) type Compiled = HashMap<String, (Json, Arc<jsonschema::Validator>)>;
+
+/// A name as it may be shown: a long one cut, its length said (a 5 MB
+/// name made a 10.8 MB `/status` before issue 49).
+fn shown(name: &str) -> String {
+    const SHOWN: usize = 80;
+    if name.len() <= SHOWN {
+        return name.to_owned();
+    }
+    let mut end = SHOWN;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &name[..end], name.len())
+}
+
 /// The tools `server` offers from `listing`. `taken(name)` says which tool
 /// already has a name (manifest tools and the servers before this one),
 /// as a sentence.
+#[cfg(test)]
 pub(crate) fn offered(
     server: &McpServerSpec,
     listing: &[Listed],
     taken: impl Fn(&str) -> Option<String>,
 ) -> Offered {
+    offered_with(server, listing, taken, &mut Compiled::new())
+}
+
+/// [`offered`], reusing the schemas `compiled` holds and leaving there
+/// those of this offer.
+pub(crate) fn offered_with(
+    server: &McpServerSpec,
+    listing: &[Listed],
+    taken: impl Fn(&str) -> Option<String>,
+    compiled: &mut Compiled,
+) -> Offered {
+    let previous = std::mem::take(compiled);
     let mut out = Offered::default();
     let mut mine: BTreeMap<String, &str> = BTreeMap::new();
     for tool in listing {
@@ -74,19 +112,21 @@ pub(crate) fn offered(
         }
         let name = format!("{}{}", server.prefix, tool.name);
         let reject = |reason: String| Rejected {
-            name: name.clone(),
+            name: shown(&name),
             reason,
         };
         if !valid_name(&name) {
             let why = if name.len() > 64 {
                 format!(
-                    "`{name}` is {} characters long: main_server allows at most 64 (A-Z a-z 0-9 _ . -); set a shorter `prefix` for MCP server `{}`, or leave the tool out with `exclude`",
-                    name.len(),
+                    "`{}` is {} characters long: main_server allows at most 64 (A-Z a-z 0-9 _ . -); set a shorter `prefix` for MCP server `{}`, or leave the tool out with `exclude`",
+                    shown(&name),
+                    name.chars().count(),
                     server.name
                 )
             } else {
                 format!(
-                    "`{name}` is not a name main_server accepts (1 to 64 characters from A-Z a-z 0-9 _ . -); leave the tool out with `exclude`"
+                    "`{}` is not a name main_server accepts (1 to 64 characters from A-Z a-z 0-9 _ . -); leave the tool out with `exclude`",
+                    shown(&name).escape_debug()
                 )
             };
             out.rejected.push(reject(why));
@@ -115,7 +155,29 @@ pub(crate) fn offered(
             ));
             continue;
         };
-        let validator = match compile(&tool.input_schema) {
+        if description.len() > MAX_DESCRIPTION_BYTES {
+            out.rejected.push(reject(format!(
+                "its description is {} bytes; the sidecar offers tools whose description is at most {MAX_DESCRIPTION_BYTES}",
+                description.len()
+            )));
+            continue;
+        }
+        let schema_bytes = serde_json::to_string(&tool.input_schema).map_or(0, |s| s.len());
+        if schema_bytes > MAX_SCHEMA_BYTES {
+            out.rejected.push(reject(format!(
+                "its inputSchema is {schema_bytes} bytes as JSON; the sidecar offers tools whose schema is at most {MAX_SCHEMA_BYTES}"
+            )));
+            continue;
+        }
+        let reused = previous
+            .get(&tool.name)
+            .filter(|(schema, _)| *schema == tool.input_schema)
+            .map(|(_, v)| v.clone());
+        let compiled_now = match reused {
+            Some(v) => Ok(v),
+            None => compile(&tool.input_schema).map(Arc::new),
+        };
+        let validator = match compiled_now {
             Ok(v) => v,
             Err(problems) => {
                 let list: Vec<String> = problems
@@ -136,11 +198,15 @@ pub(crate) fn offered(
             }
         };
         mine.insert(name.clone(), &tool.name);
+        compiled.insert(
+            tool.name.clone(),
+            (tool.input_schema.clone(), validator.clone()),
+        );
         out.tools.push(ToolSpec {
             name,
             description: description.clone(),
             parameters: tool.input_schema.clone(),
-            validator: Arc::new(validator),
+            validator,
             timeout_seconds: server.timeout_seconds,
             role: server.role.clone(),
             handler: Handler::Mcp(McpToolHandler {
@@ -197,6 +263,69 @@ mod tests {
 
     fn none(_: &str) -> Option<String> {
         None
+    }
+
+    #[test]
+    fn oversized_names_descriptions_and_schemas_are_refused_and_shown_short() {
+        let long = Listed {
+            name: "n".repeat(5_000_000),
+            ..tool("x")
+        };
+        let wordy = Listed {
+            description: Some("d".repeat(MAX_DESCRIPTION_BYTES + 1)),
+            ..tool("wordy")
+        };
+        let huge = Listed {
+            input_schema: json!({"type": "object", "description": "s".repeat(MAX_SCHEMA_BYTES)}),
+            ..tool("huge")
+        };
+        let forged = tool("a\nERROR forged");
+        let o = offered(&server(""), &[long, wordy, huge, forged], none);
+        assert!(o.tools.is_empty());
+        let r = &o.rejected;
+        assert_eq!(r[0].name, format!("{}… (5000000 bytes)", "n".repeat(80)));
+        assert!(r[0].reason.len() < 400, "{}", r[0].reason.len());
+        assert!(
+            r[0].reason.contains("is 5000000 characters long"),
+            "{}",
+            r[0].reason
+        );
+        assert_eq!(
+            r[1].reason,
+            "its description is 16385 bytes; the sidecar offers tools whose description is at most 16384"
+        );
+        assert!(
+            r[2].reason.starts_with("its inputSchema is 262"),
+            "{}",
+            r[2].reason
+        );
+        assert!(
+            r[3].reason.starts_with("`a\\nERROR forged` is not a name"),
+            "{}",
+            r[3].reason
+        );
+    }
+
+    #[test]
+    fn a_schema_unchanged_since_the_last_offer_is_not_compiled_again() {
+        let mut compiled = Compiled::new();
+        let first = offered_with(&server(""), &[tool("a"), tool("b")], none, &mut compiled);
+        let changed_b = Listed {
+            input_schema: json!({"type": "object", "properties": {"x": {"type": "string"}}}),
+            ..tool("b")
+        };
+        let second = offered_with(&server(""), &[tool("a"), changed_b], none, &mut compiled);
+        assert!(Arc::ptr_eq(
+            &first.tools[0].validator,
+            &second.tools[0].validator
+        ));
+        assert!(!Arc::ptr_eq(
+            &first.tools[1].validator,
+            &second.tools[1].validator
+        ));
+        // Only the current tools' schemas are kept.
+        offered_with(&server(""), &[tool("a")], none, &mut compiled);
+        assert_eq!(compiled.len(), 1);
     }
 
     #[test]
