@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use neko_sidecar::callback::envelope::Envelope;
+use neko_sidecar::contract::envelope::Envelope;
 use neko_sidecar::callback::images::deliver;
 use neko_sidecar::contract::images::with_chunk;
 use neko_sidecar::picture::{Format, Picture};

@@ -18,7 +18,7 @@ use std::sync::LazyLock;
 
 use arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
-use neko_sidecar::callback::envelope::normalise;
+use neko_sidecar::contract::envelope::normalise;
 use neko_sidecar::callback::validate::{check_arguments, parse_request};
 use neko_sidecar::contract::truthy;
 use neko_sidecar::manifest::{LoadContext, ToolSpec, parse_manifest};

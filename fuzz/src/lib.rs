@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use neko_sidecar::callback::envelope::Envelope;
+use neko_sidecar::contract::envelope::Envelope;
 use neko_sidecar::contract::{model_reads, read_answer};
 use neko_sidecar::diag::{Diagnostic, Position};
 use serde_json::Value as Json;

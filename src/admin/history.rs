@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
-use crate::callback::envelope::Envelope;
+use crate::contract::envelope::Envelope;
 use crate::contract::answer::model_text;
 use crate::logging::scrub;
 
@@ -350,7 +350,7 @@ mod tests {
     fn the_default_ring_under_benchmark_3s_load_holds_little() {
         let h = CallHistory::new(DEFAULT_CALLS);
         let body = r#"{"name":"slow","arguments":{"city":"Tokyo"},"call_id":"x","raw_arguments":"{\"city\":\"Tokyo\"}"}"#;
-        let reply = crate::callback::envelope::normalise(
+        let reply = crate::contract::envelope::normalise(
             br#"{"output":{"city":"Tokyo","temp_c":22,"weather":"sunny"},"is_error":false}"#,
         );
         for _ in 0..1000 {

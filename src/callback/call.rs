@@ -13,7 +13,7 @@ use axum::body::Bytes;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use super::envelope::{Envelope, normalise};
+use crate::contract::envelope::{Envelope, normalise};
 use super::handler::{self, HandlerContext, HandlerError, Invocation};
 use super::images;
 use super::limits::{call_budget, seconds};

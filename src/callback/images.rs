@@ -24,7 +24,8 @@
 
 use serde_json::{Value as Json, json};
 
-use super::envelope::Envelope;
+use crate::contract::answer::{decoded_size, refer_to_attachments};
+use crate::contract::envelope::Envelope;
 use crate::contract::answer::insert_into_output;
 use crate::contract::images::{
     self as rules, Flaw, MAX_B64_BYTES, MAX_IMAGES, MAX_PIXELS, MAX_REPAIR_PIXELS,
@@ -105,49 +106,6 @@ pub(crate) fn refuse_all(envelope: &mut Envelope, why: String) {
     warn_model(&mut envelope.output, &[why]);
 }
 
-/// Replaces every string in `output` that repeats the data of an
-/// attachment (as its base64, with or without whitespace, or as a `data:`
-/// URL of it) by that attachment's short reference. `attachments` pairs
-/// the data with the reference.
-pub(crate) fn refer_to_attachments(output: &mut Json, attachments: &[(String, String)]) {
-    if attachments.is_empty() {
-        return;
-    }
-    let compact: Vec<(String, &str)> = attachments
-        .iter()
-        .filter(|(data, _)| !data.trim().is_empty())
-        .map(|(data, r)| (data.split_whitespace().collect(), r.as_str()))
-        .collect();
-    replace_strings(output, &|s: &str| {
-        // Cheap first: a picture is long, and almost every string is short.
-        let body = match s.find(";base64,") {
-            Some(at) if s.starts_with("data:") => &s[at + 8..],
-            _ => s,
-        };
-        if body.len() < compact.iter().map(|(d, _)| d.len()).min().unwrap_or(0) {
-            return None;
-        }
-        let body: String = body.split_whitespace().collect();
-        compact
-            .iter()
-            .find(|(data, _)| *data == body)
-            .map(|(_, r)| (*r).to_owned())
-    });
-}
-
-fn replace_strings(value: &mut Json, swap: &dyn Fn(&str) -> Option<String>) {
-    match value {
-        Json::String(s) => {
-            if let Some(r) = swap(s) {
-                *s = r;
-            }
-        }
-        Json::Array(items) => items.iter_mut().for_each(|v| replace_strings(v, swap)),
-        Json::Object(map) => map.values_mut().for_each(|v| replace_strings(v, swap)),
-        _ => {}
-    }
-}
-
 /// What the model reads in place of an attached image's data.
 fn reference(index: usize, entry: &Json) -> String {
     let mime = entry.get("mime").and_then(Json::as_str).unwrap_or("image");
@@ -156,22 +114,6 @@ fn reference(index: usize, entry: &Json) -> String {
         "[image #{index} ({mime}, {}): attached as a picture]",
         decoded_size(data)
     )
-}
-
-/// The decoded size of base64 `data`, for a reference or a description.
-pub(crate) fn decoded_size(data: &str) -> String {
-    let chars = data
-        .bytes()
-        .filter(|b| !b.is_ascii_whitespace() && *b != b'=')
-        .count();
-    let bytes = chars * 3 / 4;
-    if bytes < 1024 {
-        format!("{bytes} bytes")
-    } else if bytes < 1024 * 1024 {
-        format!("{:.1} KiB", bytes as f64 / 1024.0)
-    } else {
-        format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
-    }
 }
 
 /// Adds `notes` to the `_image_warnings` main_server's own warnings join.

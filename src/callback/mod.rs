@@ -48,7 +48,6 @@
 //! timeouts and a bound on open connections (see `server`).
 
 mod call;
-pub mod envelope;
 mod exec_handler;
 mod handler;
 mod http_handler;
@@ -75,7 +74,7 @@ use tokio_util::task::TaskTracker;
 use crate::admin::history::{CallHistory, Finished};
 use crate::config::{CallbackConfig, HandlersConfig};
 use crate::desired::DesiredState;
-use envelope::Envelope;
+use crate::contract::envelope::Envelope;
 use handler::HandlerContext;
 use http_handler::HttpClients;
 use routes::RouteTable;

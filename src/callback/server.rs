@@ -24,7 +24,7 @@ use hyper::body::Incoming;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::envelope::Envelope;
+use crate::contract::envelope::Envelope;
 use super::transport::{Conn, Serve, Transport};
 use super::{Shared, limits};
 

@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value as Json, json};
 
-use super::envelope::Envelope;
+use crate::contract::envelope::Envelope;
 use super::stats::Outcome;
 use crate::manifest::ToolSpec;
 

@@ -12,10 +12,11 @@
 //!
 //! Two copies of a rule drift, and then the tests prove the wrong thing: the
 //! stand-in (`devserver`) reads answers with this module, and the sidecar
-//! (`callback::envelope`) checks its own answers against the same reading.
+//! (`envelope`) checks its own answers against the same reading.
 //! Pure: no I/O, no logging.
 
 pub(crate) mod answer;
+pub mod envelope;
 pub mod images;
 
 use std::net::IpAddr;

@@ -3,7 +3,7 @@
 //! targets are in `fuzz/` (see `fuzz/README.md`); these run in the normal
 //! suite so a fixed bug stays fixed without a fuzzer.
 
-use neko_sidecar::callback::envelope::normalise;
+use neko_sidecar::contract::envelope::normalise;
 
 /// Found by the `callback` fuzz target: an envelope without `output` keeps
 /// its other keys as the output, but `normalise` removed `is_error` with

@@ -1,4 +1,4 @@
-//! Property tests of the answer rules (`callback::envelope`): what the
+//! Property tests of the answer rules (`contract::envelope`): what the
 //! sidecar sends main_server for whatever a handler answered.
 //!
 //! The rules under test are the contract's (CONTRACT.md, "How main_server
@@ -6,7 +6,7 @@
 //! by Python truthiness, bytes that are not JSON are text output, and a valid
 //! envelope comes back as it went in, down to its bytes.
 
-use neko_sidecar::callback::envelope::normalise;
+use neko_sidecar::contract::envelope::normalise;
 use neko_sidecar::contract::{model_reads, model_text, read_answer, truthy};
 use proptest::prelude::*;
 use serde_json::{Map, Value as Json, json};
@@ -52,7 +52,7 @@ fn python_bool(v: &Json) -> bool {
 
 /// What main_server makes of the sidecar's answer holds the reason of a
 /// failure in the text the model reads.
-fn m_check(n: &neko_sidecar::callback::envelope::Envelope) -> Result<(), TestCaseError> {
+fn m_check(n: &neko_sidecar::contract::envelope::Envelope) -> Result<(), TestCaseError> {
     let read = read_answer(200, &n.to_vec(), true);
     prop_assert_eq!(read.is_error, n.is_error);
     if n.is_error {
