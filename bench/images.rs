@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use neko_sidecar::contract::envelope::Envelope;
 use neko_sidecar::callback::images::deliver;
+use neko_sidecar::contract::envelope::Envelope;
 use neko_sidecar::contract::images::with_chunk;
 use neko_sidecar::picture::{Format, Picture};
 use serde_json::json;

@@ -26,8 +26,8 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
-use crate::contract::envelope::Envelope;
 use crate::contract::answer::model_text;
+use crate::contract::envelope::Envelope;
 use crate::logging::scrub;
 
 /// The default of `[admin] call_history`.

@@ -20,9 +20,9 @@
 mod auth_cmd;
 mod call_cmd;
 mod client;
-mod identity;
 pub mod history;
 mod i18n;
+mod identity;
 mod inspector;
 mod metrics;
 mod oauth_routes;

@@ -13,13 +13,13 @@ use axum::body::Bytes;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use crate::contract::envelope::{Envelope, normalise};
 use super::handler::{self, HandlerContext, HandlerError, Invocation};
 use super::images;
 use super::limits::{call_budget, seconds};
 use super::routes::Route;
 use super::stats::Outcome;
 use super::validate::{check_arguments, parse_request};
+use crate::contract::envelope::{Envelope, normalise};
 
 /// How many answers' images are checked at once. A check may decode and
 /// scale a picture of up to `MAX_REPAIR_PIXELS` (about 250 MB for the

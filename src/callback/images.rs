@@ -24,9 +24,9 @@
 
 use serde_json::{Value as Json, json};
 
+use crate::contract::answer::insert_into_output;
 use crate::contract::answer::{decoded_size, refer_to_attachments};
 use crate::contract::envelope::Envelope;
-use crate::contract::answer::insert_into_output;
 use crate::contract::images::{
     self as rules, Flaw, MAX_B64_BYTES, MAX_IMAGES, MAX_PIXELS, MAX_REPAIR_PIXELS,
     REPAIR_PIXEL_MULTIPLE,

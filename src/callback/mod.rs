@@ -73,8 +73,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::admin::history::{CallHistory, Finished};
 use crate::config::{CallbackConfig, HandlersConfig};
-use crate::desired::DesiredState;
 use crate::contract::envelope::Envelope;
+use crate::desired::DesiredState;
 use handler::HandlerContext;
 use http_handler::HttpClients;
 use routes::RouteTable;

@@ -24,9 +24,9 @@ use hyper::body::Incoming;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::contract::envelope::Envelope;
 use super::transport::{Conn, Serve, Transport};
 use super::{Shared, limits};
+use crate::contract::envelope::Envelope;
 
 /// An HTTP answer.
 pub(crate) type Answer = Response<Full<Bytes>>;

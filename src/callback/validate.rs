@@ -7,8 +7,8 @@
 
 use serde_json::{Map, Value as Json, json};
 
-use crate::contract::envelope::Envelope;
 use super::stats::Outcome;
+use crate::contract::envelope::Envelope;
 use crate::manifest::ToolSpec;
 
 /// At most this many schema problems are listed in one answer.

@@ -230,7 +230,6 @@ fn replace_strings(value: &mut Json, swap: &dyn Fn(&str) -> Option<String>) {
     }
 }
 
-
 /// The decoded size of base64 `data`, for a reference or a description.
 pub(crate) fn decoded_size(data: &str) -> String {
     let chars = data

@@ -12,14 +12,11 @@ use std::path::Path;
 
 use toml::de::{DeTable, DeValue};
 
-use super::load::{
-    LoadContext, origin, read_command, read_cwd, read_max_concurrency, read_name, read_role,
-    read_timeout,
+use super::fields::{
+    LoadContext, expand, origin, read_command, read_cwd, read_filters, read_max_concurrency,
+    read_name, read_prefix, read_role, read_startup_timeout, read_timeout,
 };
-use super::{
-    DEFAULT_STARTUP_TIMEOUT_SECONDS, HttpKind, MAX_STARTUP_TIMEOUT_SECONDS, McpServerSpec,
-    McpTransport,
-};
+use super::{HttpKind, McpServerSpec, McpTransport};
 use crate::config::runtime_path;
 use crate::diag::{Diagnostic, SourceText};
 use crate::tomldoc::{TableReader, type_name};
@@ -95,71 +92,6 @@ pub(super) fn read_mcp_server(
         max_concurrency,
         origin: origin(src, pos),
     })
-}
-
-/// `startup_timeout_seconds` (default 120): in (0, 3600]; `None` after an
-/// error. The default leaves a first `npx -y` or `uvx` time to download its
-/// server; a server that fetches a model at its first start may need more.
-pub(super) fn read_startup_timeout(r: &mut TableReader<'_, '_>) -> Option<f64> {
-    const KEY: &str = "startup_timeout_seconds";
-    match r.number(KEY) {
-        Some((t, sp)) if t <= 0.0 || t > MAX_STARTUP_TIMEOUT_SECONDS => {
-            let msg = format!(
-                "`{KEY}` of {} is {t}: allowed values are greater than 0 and at most {MAX_STARTUP_TIMEOUT_SECONDS} (how long the server may take to answer its first message)",
-                r.what
-            );
-            r.error(&sp, msg);
-            None
-        }
-        Some((t, _)) => Some(t),
-        None if r.get(KEY).is_some() => None,
-        None => Some(DEFAULT_STARTUP_TIMEOUT_SECONDS),
-    }
-}
-
-/// `prefix`, when given and valid.
-pub(super) fn read_prefix(r: &mut TableReader<'_, '_>) -> Option<String> {
-    let (p, sp) = r.string("prefix")?;
-    let ok = p
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-    if !ok || p.len() > 63 {
-        let msg = format!(
-            "`prefix` \"{p}\" of {} is not allowed: use at most 63 characters from A-Z a-z 0-9 _ . - (it starts every tool name, which main_server puts in URL paths)",
-            r.what
-        );
-        r.error(&sp, msg);
-        None
-    } else {
-        Some(p)
-    }
-}
-
-/// `include` (`Some(None)` when absent) and `exclude` (empty when
-/// absent); `None` after an error.
-#[allow(clippy::type_complexity)]
-pub(super) fn read_filters(
-    r: &mut TableReader<'_, '_>,
-) -> (Option<Option<Vec<String>>>, Option<Vec<String>>) {
-    let include = match r.string_array("include") {
-        Some((list, sp)) if list.is_empty() => {
-            let msg = format!(
-                "`include` of {} is empty, which would offer no tool: list the MCP tools to offer, or omit the key to offer them all",
-                r.what
-            );
-            r.error(&sp, msg);
-            None
-        }
-        Some((list, _)) => Some(Some(list.into_iter().map(|(s, _)| s).collect())),
-        None if r.get("include").is_some() => None,
-        None => Some(None),
-    };
-    let exclude = match r.string_array("exclude") {
-        Some((list, _)) => Some(list.into_iter().map(|(s, _)| s).collect()),
-        None if r.get("exclude").is_some() => None,
-        None => Some(Vec::new()),
-    };
-    (include, exclude)
 }
 
 /// The values of `transport`, as N.E.K.O's `mcp_adapter` spells them.
@@ -368,81 +300,4 @@ fn expanded_map(r: &mut TableReader<'_, '_>, key: &str) -> Option<BTreeMap<Strin
         }
     }
     ok.then_some(out)
-}
-
-/// `text` with each `${NAME}` replaced by `lookup(NAME)`; `$$` is a `$`.
-/// A `$` before anything else stays as it is.
-pub(crate) fn expand(
-    text: &str,
-    lookup: impl Fn(&str) -> Option<String>,
-) -> Result<String, String> {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        if let Some(tail) = after.strip_prefix('$') {
-            out.push('$');
-            rest = tail;
-        } else if let Some(tail) = after.strip_prefix('{') {
-            let Some(end) = tail.find('}') else {
-                return Err(format!(
-                    "`${{` without its closing `}}` in \"{text}\": write ${{NAME}}, or $$ for a literal $"
-                ));
-            };
-            let var = &tail[..end];
-            let good = var
-                .bytes()
-                .next()
-                .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
-                && var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-            if !good {
-                return Err(format!(
-                    "`${{{var}}}` is not a variable name: use A-Z a-z 0-9 _, not starting with a digit"
-                ));
-            }
-            match lookup(var) {
-                Some(v) => out.push_str(&v),
-                None => {
-                    return Err(format!(
-                        "the environment variable `{var}` is not set: set it in the sidecar's environment (e.g. Environment= or EnvironmentFile= in its systemd unit), or write $$ for a literal $"
-                    ));
-                }
-            }
-            rest = &tail[end + 1..];
-        } else {
-            out.push('$');
-            rest = after;
-        }
-    }
-    out.push_str(rest);
-    Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::expand;
-
-    fn env(var: &str) -> Option<String> {
-        (var == "TOKEN").then(|| "s3cret".to_string())
-    }
-
-    #[test]
-    fn variables_are_expanded_and_dollars_escaped() {
-        assert_eq!(expand("Bearer ${TOKEN}", env).unwrap(), "Bearer s3cret");
-        assert_eq!(expand("$$5 and $x", env).unwrap(), "$5 and $x");
-        assert_eq!(expand("plain", env).unwrap(), "plain");
-    }
-
-    #[test]
-    fn a_missing_variable_or_a_bad_reference_is_an_error_that_names_it() {
-        let e = expand("Bearer ${NOPE}", env).unwrap_err();
-        assert!(e.contains("`NOPE` is not set"), "{e}");
-        assert!(expand("${TOKEN", env).unwrap_err().contains("closing"));
-        assert!(
-            expand("${9X}", env)
-                .unwrap_err()
-                .contains("not a variable name")
-        );
-    }
 }

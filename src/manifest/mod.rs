@@ -6,6 +6,7 @@
 //! `schema` checks JSON Schemas, `import` reads the MCP server lists of
 //! other programs (`[[mcp_import]]`). Nothing here talks to main_server.
 
+mod fields;
 pub(crate) mod import;
 mod load;
 mod mcp;
@@ -23,10 +24,11 @@ use serde_json::Value as Json;
 
 use crate::diag::Position;
 
+pub use fields::{LoadContext, find_in_path, valid_name};
 /// The JSON-with-comments reader of imported server lists, for the fuzz
 /// target `jsonc`.
 pub use import::node::{JsonError, Node as JsonNode, Value as JsonValue, parse_jsonc};
-pub use load::{LoadContext, ManifestFile, find_in_path, load_file, parse_manifest, valid_name};
+pub use load::{ManifestFile, load_file, parse_manifest};
 
 /// The default JSON Schema when a tool takes no parameters, as main_server
 /// itself defaults it.

@@ -13,7 +13,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::mcp::expand;
+use super::fields::expand;
 use super::{
     DEFAULT_CONNECT_TIMEOUT_SECONDS, DEFAULT_READ_TIMEOUT_SECONDS, HttpOptions, OAuthOptions,
     ProxySetting,

@@ -23,8 +23,8 @@
 
 use serde_json::{Map, Value as Json, json};
 
-use crate::contract::envelope::Envelope;
 use crate::contract::answer::{decoded_size as size, insert_into_output, refer_to_attachments};
+use crate::contract::envelope::Envelope;
 // main_server looks at the first 2 `images` entries only (CONTRACT.md,
 // "Images"): past them an image would be dropped with a warning, so it is
 // described instead. One past its size caps is attached all the same: the

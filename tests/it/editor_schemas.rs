@@ -153,7 +153,9 @@ fn every_key_the_manifest_loader_allows_is_in_the_schema_and_no_other() {
         ),
         (
             "[mcp_server.oauth]",
-            format!("[[mcp_server]]\nname = \"s\"\nurl = \"http://127.0.0.1:9/mcp\"\n[mcp_server.oauth]\n{ALIEN} = 1\n"),
+            format!(
+                "[[mcp_server]]\nname = \"s\"\nurl = \"http://127.0.0.1:9/mcp\"\n[mcp_server.oauth]\n{ALIEN} = 1\n"
+            ),
             node(&root, "/definitions/oauth"),
         ),
         (

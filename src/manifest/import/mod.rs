@@ -30,10 +30,10 @@ use toml::de::{DeTable, DeValue};
 
 use self::entry::{EntryKind, Vars, read_entry};
 use self::node::{Node, Value};
-use super::load::{
-    LoadContext, MAX_TIMEOUT_SECONDS, read_max_concurrency, read_role, read_timeout,
+use super::fields::{
+    LoadContext, MAX_TIMEOUT_SECONDS, read_filters, read_max_concurrency, read_prefix, read_role,
+    read_startup_timeout, read_timeout,
 };
-use super::mcp::{read_filters, read_prefix, read_startup_timeout};
 use super::{
     DEFAULT_STARTUP_TIMEOUT_SECONDS, HttpOptions, McpServerSpec, McpTransport, Origin,
     UnbridgedServer,
@@ -100,7 +100,7 @@ pub(crate) struct Imported {
 /// and by `reload::content`, which must agree; `Err` says why a variable
 /// cannot be expanded.
 pub(crate) fn import_path(base: &Path, raw: &str) -> Result<PathBuf, String> {
-    let raw = super::mcp::expand(raw, |v| std::env::var(v).ok())?;
+    let raw = super::fields::expand(raw, |v| std::env::var(v).ok())?;
     Ok(match raw.strip_prefix("~/").zip(std::env::home_dir()) {
         Some((rest, home)) => absolutize(&home, rest),
         None => absolutize(base, &raw),
