@@ -372,7 +372,21 @@ async fn read_some(mut response: reqwest::Response, limit: usize) -> Vec<u8> {
 /// The start of a body, as text on one line.
 fn quoted(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
-    let one_line: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    // One line, and a byte that is no text shown as its escape: the body
+    // is the server's to choose, and the reason reaches the log and status.
+    let one_line: String = text
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect();
     if one_line.is_empty() {
         return "(no body)".to_string();
     }
@@ -469,6 +483,11 @@ mod tests {
     fn a_quoted_body_is_one_short_line() {
         assert_eq!(quoted(b"Method\r\nNot  Allowed\n"), "Method Not Allowed");
         assert_eq!(quoted(b""), "(no body)");
+        assert_eq!(
+            quoted(b"bad\x00\x1b[2J\xff"),
+            "bad\\u{0}\\u{1b}[2J\u{fffd}",
+            "bytes that are no text are shown escaped"
+        );
         let long = "x".repeat(500);
         assert_eq!(quoted(long.as_bytes()).chars().count(), BODY_QUOTED + 1);
     }
