@@ -61,6 +61,10 @@ def payload_files(version: str, linux: Path, windows: Path | None) -> dict[str, 
         (ROOT / "examples" / "tools" / "schemas" / "convert_units.schema.json").read_bytes(),
         0o644,
     )
+    # The editors' JSON Schemas, which the files the plugin writes name on
+    # their first lines (`#:schema`, read by taplo and VS Code).
+    for schema in sorted((ROOT / "schemas").glob("*.schema.json")):
+        files[f"{base}/schemas/{schema.name}"] = (schema.read_bytes(), 0o644)
     files[f"{base}/bin/linux-x86_64/neko-sidecar"] = (linux.read_bytes(), 0o755)
     if windows is not None:
         files[f"{base}/bin/windows-x86_64/neko-sidecar.exe"] = (windows.read_bytes(), 0o755)

@@ -51,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -270,6 +271,15 @@ def main() -> int:
         text = agent.read_text()
         assert f'source = "{SOURCE}"' in text and "[main_server]\nurl" not in text, text
         assert 'manifest_dirs = ["../data/tools"]' in text, text
+        # Each file the plugin wrote names the plugin's copy of its editors'
+        # schema (`#:schema`, taplo's form), the executable's own.
+        tools = root / "plugins" / PLUGIN_ID / "data" / "tools"
+        for written, kind in ((agent, "agent"), (tools / "convert_units.toml", "manifest"), (tools / "neko_mcp_adapter.toml", "manifest")):
+            lines = [l for l in written.read_text().splitlines()[:2] if l.startswith("#:schema ")]
+            assert lines, f"{written} names no schema in its first two lines"
+            named = Path(urllib.request.url2pathname(urllib.parse.urlparse(lines[0].split(" ", 1)[1]).path))
+            own = subprocess.run([str(stand_in), "schema", "config" if kind == "agent" else "manifest"], capture_output=True, check=True).stdout
+            assert named.is_file() and named.read_bytes() == own, f"{written}: {named} is not `neko-sidecar schema`'s {kind} schema"
         assert os.access(plugin / "bin" / "linux-x86_64" / "neko-sidecar", os.X_OK), "exec bit set by the plugin"
         wait_for("convert_units and the adapter's tools", lambda: {"convert_units", "demo_echo"} <= tools_of_source(port), within)
         assert sidecars_under(root), "the sidecar runs (and is seen by the process check)"

@@ -158,6 +158,8 @@ def main() -> int:
             a = hooks[hook].args
             check(len(a.args) == 1 and not a.kwonlyargs and a.vararg is None, f"{hook} takes no arguments but self (the host passes none)")
         check(f"{base}/static/index.html" in names, "the static page register_static_ui serves")
+        for kind in ("manifest", "agent"):
+            check(f"{base}/schemas/{kind}.schema.json" in names, f"the editors' schema schemas/{kind}.schema.json, which the files the plugin writes name")
         linux = f"{base}/bin/linux-x86_64/neko-sidecar"
         windows = f"{base}/bin/windows-x86_64/neko-sidecar.exe"
         check(linux in names and z.read(linux)[:4] == b"\x7fELF", "the Linux x86_64 executable")

@@ -141,8 +141,18 @@ def relative_to(path: Path, base: Path) -> str:
         return str(path)
 
 
-def default_agent_toml(tools_dir: Path, config_dir: Path) -> str:
-    return f"""# neko-sidecar's config, written by the N.E.K.O plugin on its first start and
+def schema_line(plugin_dir: Path, kind: str) -> str:
+    """The `#:schema` line that points taplo (and the editors built on it,
+    VS Code's Even Better TOML among them) at the plugin's copy of the
+    JSON Schema of a manifest or of the agent config, as a file URL (the
+    one form of an absolute path it reads on every system); empty when the
+    plugin has no such file."""
+    schema = Path(plugin_dir) / "schemas" / f"{kind}.schema.json"
+    return f"#:schema {schema.resolve().as_uri()}\n" if schema.is_file() else ""
+
+
+def default_agent_toml(tools_dir: Path, config_dir: Path, schema: str = "") -> str:
+    return f"""{schema}# neko-sidecar's config, written by the N.E.K.O plugin on its first start and
 # never again: edit it freely (restart the plugin to apply); delete it to get
 # this default back. Every key: agent.toml.example in the sidecar's README.
 
@@ -224,7 +234,8 @@ class NekoSidecarPlugin(NekoPluginBase):
         if not tools_dir.exists():
             self._seed_tools(tools_dir)
         if not agent_toml.exists():
-            agent_toml.write_text(default_agent_toml(tools_dir, config_dir), encoding="utf-8")
+            schema = schema_line(Path(self.plugin_dir), "agent")
+            agent_toml.write_text(default_agent_toml(tools_dir, config_dir, schema), encoding="utf-8")
             self.logger.info(f"neko-sidecar: wrote the default config {agent_toml}")
         self.logger.info(f"neko-sidecar: config {agent_toml}, tools folder {tools_dir}")
         self._sync_mcp_import(tools_dir)
@@ -247,7 +258,8 @@ class NekoSidecarPlugin(NekoPluginBase):
             tools_dir / "schemas" / "convert_units.schema.json",
         )
         (tools_dir / "convert_units.toml").write_text(
-            "# An example tool, written by the neko_sidecar plugin on its first start:\n"
+            schema_line(Path(self.plugin_dir), "manifest")
+            + "# An example tool, written by the neko_sidecar plugin on its first start:\n"
             "# an exec handler in Python (N.E.K.O's own). Edit or delete it freely.\n\n"
             "[[tool]]\n"
             'name = "convert_units"\n'
@@ -292,7 +304,8 @@ class NekoSidecarPlugin(NekoPluginBase):
             return
         text = (
             f"{MANAGED_MARK} (rewritten at every start; delete this line to keep your edits).\n"
-            "# The MCP servers of N.E.K.O's MCP adapter, bridged by the sidecar; removed\n"
+            + schema_line(Path(self.plugin_dir), "manifest")
+            + "# The MCP servers of N.E.K.O's MCP adapter, bridged by the sidecar; removed\n"
             "# while the adapter's own chat injection (inject_mcp) is on.\n\n"
             "[[mcp_import]]\n"
             f"# {source}\n"
