@@ -175,6 +175,9 @@ deadline = "800ms"
 [admin]
 # The inspector page and /status: open http://127.0.0.1:48931/ in a browser.
 listen = "127.0.0.1:48931"
+# The sidecar's identity token (owner-only, removed at stop), with which
+# `neko-sidecar call` checks that the admin port is this sidecar's.
+token_file = "admin.token"
 """
 
 
