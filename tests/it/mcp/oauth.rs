@@ -561,7 +561,8 @@ async fn a_legacy_sse_server_that_needs_oauth_is_signed_in_and_called() {
 /// The legacy transport reads its `401`'s challenge as Streamable HTTP
 /// does: the protected resource metadata is found only where the
 /// challenge's `resource_metadata` says (its well-known URIs answer 404),
-/// and the challenge's `scope` is the one asked for.
+/// and the challenge's `scope` is the one asked for. Its redirect naming
+/// another issuer (RFC 9207) is refused at the callback.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_legacy_sse_server_is_discovered_from_its_challenge() {
     let py = PyOAuthServer::start(&["--sse", "--moved-metadata"]).await;
@@ -589,6 +590,20 @@ async fn a_legacy_sse_server_is_discovered_from_its_challenge() {
         .into_owned()
         .collect();
     assert_eq!(q["scope"], "moved-scope", "{authorize}");
+    // A redirect naming another issuer (RFC 9207) is refused at the
+    // callback with the reason, and nothing is exchanged.
+    let redirect = rig.consent(s["sign_in"]["link"].as_str().unwrap()).await;
+    let mut mixed = url::Url::parse(&redirect).unwrap();
+    mixed
+        .query_pairs_mut()
+        .append_pair("iss", "http://127.0.0.1:9/elsewhere");
+    let (code, page) = rig.arrive(mixed.as_str()).await;
+    assert_eq!(code, 400, "{page}");
+    assert!(
+        page.contains("names issuer http://127.0.0.1:9/elsewhere") && page.contains("RFC 9207"),
+        "{page}"
+    );
+    assert_eq!(py.log().await["exchanges"], 0);
     rig.sign_in("moved").await;
     wait_stand_in(&rig.h, "moved's tools registered", |h| {
         h.registry_snapshot().roles[0]
