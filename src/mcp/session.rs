@@ -789,6 +789,7 @@ impl Session {
                     url,
                     headers.clone(),
                     endpoint_wait,
+                    self.auth.clone(),
                 )
                 .map(|t| (t, ())),
             )
@@ -820,8 +821,9 @@ impl Session {
             Handshake::Stopped => Ok(None),
             Handshake::Failed(e) | Handshake::HttpClientError(e) => {
                 *lock(&self.sse_found) = false;
-                // The legacy transport's GET answered 401: its challenge is
-                // not kept, so discovery starts at the well-known URIs.
+                // The legacy transport's GET (or a POST) answered 401: the
+                // transport handed its challenge to the sign-in, whose
+                // discovery starts from its resource_metadata.
                 if let Some(auth) = &self.auth
                     && e.contains("401 Unauthorized")
                 {

@@ -19,6 +19,11 @@
 //! origin (the messages, and the headers with their secrets, would go to a
 //! host nobody configured), and never writes a URL's path or query, or a
 //! header value, into an error or a log line: API keys travel there.
+//!
+//! A `401` to the GET or a POST hands its `WWW-Authenticate` challenge to
+//! the server's sign-in (`oauth`), as the Streamable HTTP client does, so
+//! that discovery starts from the challenge's `resource_metadata` and
+//! `scope` (RFC 9728, 5.1), not from the well-known URIs.
 
 use std::borrow::Cow;
 use std::pin::Pin;
@@ -27,13 +32,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
+use reqwest::StatusCode;
 use reqwest::Url;
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, WWW_AUTHENTICATE};
 use rmcp::RoleClient;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::Transport;
 use sse_stream::{Sse, SseStream};
 use tokio::sync::OnceCell;
+
+use super::oauth::ServerAuth;
 
 /// The media type of an event stream.
 const EVENT_STREAM: &str = "text/event-stream";
@@ -110,19 +118,23 @@ struct Shared {
     opened: Mutex<Option<Events>>,
     /// Bytes read since the last event (see `MAX_EVENT_BYTES`).
     since_event: Arc<AtomicUsize>,
+    /// The server's sign-in, told each `401`'s challenge.
+    auth: Option<Arc<ServerAuth>>,
 }
 
 impl SseTransport {
     /// A connection to the server `server` whose event stream is at `url`,
     /// made with `http` and sending `headers`; nothing is sent before the
     /// first message. `endpoint_wait` bounds the wait for the `endpoint`
-    /// event.
+    /// event; `auth`, the server's sign-in, is told the challenge of a
+    /// `401`.
     pub(crate) fn new(
         server: &str,
         http: reqwest::Client,
         url: &str,
         headers: HeaderMap,
         endpoint_wait: Duration,
+        auth: Option<Arc<ServerAuth>>,
     ) -> Result<Self, String> {
         let url = Url::parse(url).map_err(|e| format!("the URL is not a URL: {e}"))?;
         Ok(Self {
@@ -135,6 +147,7 @@ impl SseTransport {
                 endpoint: OnceCell::new(),
                 opened: Mutex::new(None),
                 since_event: Arc::new(AtomicUsize::new(0)),
+                auth,
             }),
             events: None,
         })
@@ -163,6 +176,7 @@ impl Transport<RoleClient> for SseTransport {
                 .send()
                 .await
                 .map_err(|e| SseError::Post(reason(e)))?;
+            shared.challenged(&response);
             let status = response.status();
             // Read, so that the connection can serve the next POST.
             let body = read_some(response, BODY_READ).await;
@@ -235,6 +249,25 @@ impl Transport<RoleClient> for SseTransport {
 }
 
 impl Shared {
+    /// Hands a `401`'s `WWW-Authenticate` to the sign-in, which starts its
+    /// discovery from it (an absent header is an empty challenge: the
+    /// well-known URIs then).
+    fn challenged(&self, response: &reqwest::Response) {
+        if response.status() != StatusCode::UNAUTHORIZED {
+            return;
+        }
+        if let Some(auth) = &self.auth {
+            let header = response
+                .headers()
+                .get_all(WWW_AUTHENTICATE)
+                .iter()
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .collect::<Vec<_>>()
+                .join(", ");
+            auth.challenged(&header);
+        }
+    }
+
     /// Where to POST: the stream is opened by the first caller, the
     /// others wait for it.
     async fn endpoint(&self) -> Result<Url, SseError> {
@@ -252,6 +285,7 @@ impl Shared {
             .send()
             .await
             .map_err(|e| SseError::Get(reason(e)))?;
+        self.challenged(&response);
         let status = response.status();
         if !status.is_success() {
             return Err(SseError::GetStatus(status.to_string()));

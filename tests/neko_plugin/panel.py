@@ -9,7 +9,7 @@ the host would, with the given executable as its bundled one.
 
 What holds (each an assertion):
 1. the host finds what plugin.toml names: the context ``dashboard`` and the
-   four actions, their labels tr(...) references of the catalogue;
+   five actions, their labels tr(...) references of the catalogue;
 2. the context's state is the sidecar's own: its ``status`` is /status
    (tools with state, role, handler, file and line, calls; MCP servers with
    phase, transport, tools), its ``calls`` the call history; and the token
@@ -18,7 +18,12 @@ What holds (each an assertion):
    failure flag, the pictures), and the call shows in the history;
 4. restart one MCP server: a new process, the restart counted;
 5. the tools folder and the inspector's address;
-6. the sidecar killed (a crash): the panel says it is not running, with
+6. a remote MCP server that needs an OAuth sign-in (a stand-in here that
+   answers 401 and publishes its metadata): the state shows "needs
+   sign-in" with the sidecar's link, and ``sign_in`` opens that link, which
+   sends the browser on to the authorization server with PKCE (S256);
+   a server that needs none, and one that does not exist, are refused;
+7. the sidecar killed (a crash): the panel says it is not running, with
    its exit status and its last stderr lines; a start that fails (a bad
    agent.toml): likewise, with the config's error.
 """
@@ -36,8 +41,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import threading
 import tomllib
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -97,6 +104,50 @@ HANDLERS = {
     "broken.py": 'import json, sys\nsys.stdin.read()\nprint(json.dumps({"output": {"error": "the disk is full"}, "is_error": True, "error": "the disk is full"}))\n',
     "env_probe.py": 'import json, os, sys\nsys.stdin.read()\nprint(json.dumps({"output": "token seen" if os.environ.get("NEKO_SIDECAR_ADMIN_TOKEN") else "no token", "is_error": False}))\n',
 }
+
+
+class NeedsSignIn(BaseHTTPRequestHandler):
+    """A remote MCP server that needs an OAuth sign-in, and its
+    authorization server, as far as the sidecar looks before a sign-in: every
+    POST to /mcp answers 401 with its challenge; the protected resource
+    metadata (RFC 9728) and the authorization server's (RFC 8414)."""
+
+    def _json(self, code: int, body: dict, headers: dict | None = None) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        challenge = f'Bearer resource_metadata="{base}/.well-known/oauth-protected-resource/mcp"'
+        self._json(401, {"error": "invalid_token"}, {"www-authenticate": challenge})
+
+    def do_GET(self):
+        base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        if self.path == "/.well-known/oauth-protected-resource/mcp":
+            self._json(200, {"resource": f"{base}/mcp", "authorization_servers": [base]})
+        elif self.path == "/.well-known/oauth-authorization-server":
+            self._json(
+                200,
+                {
+                    "issuer": base,
+                    "authorization_endpoint": f"{base}/authorize",
+                    "token_endpoint": f"{base}/token",
+                    "response_types_supported": ["code"],
+                    "code_challenge_methods_supported": ["S256"],
+                },
+            )
+        else:
+            self._json(404, {"error": "not_found"})
+
+    def log_message(self, *_):
+        pass
 
 
 def free_port() -> int:
@@ -243,8 +294,8 @@ def main() -> int:
                 assert entry.event_type == "plugin_entry", entry.event_type
                 assert meta["label"]["$i18n"] in en, meta["label"]
                 actions[entry.id] = name
-        assert set(actions) == {"try_tool", "restart_server", "tools_folder", "open_inspector"}, actions
-        print("ok 1: the host finds the dashboard context and four actions, labels from the catalogue")
+        assert set(actions) == {"try_tool", "restart_server", "sign_in", "tools_folder", "open_inspector"}, actions
+        print("ok 1: the host finds the dashboard context and five actions, labels from the catalogue")
 
         async def run(coro):
             return await asyncio.wait_for(coro, 60)
@@ -326,7 +377,49 @@ def main() -> int:
         assert opened["ok"] and opened["url"] == base + "/", opened
         print("ok 5: the tools folder's path, the inspector's address")
 
-        # 6. The sidecar crashes: the panel says so, with its last words.
+        # 6. A server that needs a sign-in, added to the tools folder (the
+        # sidecar reloads it): its state, and the Sign in action.
+        oauth = ThreadingHTTPServer(("127.0.0.1", 0), NeedsSignIn)
+        threading.Thread(target=oauth.serve_forever, daemon=True).start()
+        oauth_base = f"http://127.0.0.1:{oauth.server_address[1]}"
+        (tools / "secure.toml").write_text(
+            f'[[mcp_server]]\nname = "secure"\nurl = "{oauth_base}/mcp"\n\n[mcp_server.oauth]\nclient_id = "panel-client"\n'
+        )
+        link = base + "/oauth/login/secure"
+
+        def secure_needs_sign_in():
+            for m in dashboard()["status"].get("mcp_servers", []):
+                if m["name"] == "secure" and (m.get("sign_in") or {}).get("state") == "needs_sign_in":
+                    return m
+            return None
+
+        secure = wait_for("secure needs a sign-in", secure_needs_sign_in)
+        assert secure["sign_in"]["link"] == link, secure
+        answer = act("sign_in", server="secure")
+        assert answer == {"ok": True, "server": "secure", "url": link, "opened": answer["opened"]}, answer
+        # The link starts the sign-in: to the authorization server, with PKCE.
+        no_redirect = urllib.request.build_opener(urllib.request.ProxyHandler({}), type("NoRedirect", (urllib.request.HTTPRedirectHandler,), {"redirect_request": lambda *a, **k: None})())
+        try:
+            no_redirect.open(link, timeout=5)
+            raise AssertionError("the sign-in link did not redirect")
+        except urllib.error.HTTPError as e:
+            assert e.code == 303, e.code
+            to = e.headers["location"]
+        assert to.startswith(oauth_base + "/authorize?") and "code_challenge_method=S256" in to and "client_id=panel-client" in to, to
+        none = act("sign_in", server="dev")
+        assert not none["ok"] and none["error"]["key"] == "errors.noSignIn", none
+        nope = act("sign_in", server="nope")
+        assert not nope["ok"] and nope["error"]["key"] == "errors.noSuchServer", nope
+        oauth.shutdown()
+        # A fresh start without it, so that the last words below are of a
+        # start (the panel keeps the last 20 lines of stderr).
+        (tools / "secure.toml").unlink()
+        plugin.shutdown()
+        asyncio.run(run(plugin.startup()))
+        wait_for("dev ready again", lambda: any(m["name"] == "dev" and m["phase"] == "ready" for m in get_json(base + "/status")["mcp_servers"]))
+        print("ok 6: a server that needs a sign-in shows it with the sidecar's link; Sign in opens it, on to the authorization server with S256")
+
+        # 7. The sidecar crashes: the panel says so, with its last words.
         pid = plugin._proc.pid
         os.kill(pid, signal.SIGKILL)
         plugin._proc.wait(5)
@@ -347,7 +440,7 @@ def main() -> int:
         s = dashboard()
         assert s["running"] is False and s["exit_status"] == 78, (s["exit_status"], s["stderr"])
         assert s["start_error"] and "agent.toml" in "\n".join(s["stderr"]), s
-        print("ok 6: a crashed sidecar and a failed start show as not running, with the exit status and stderr")
+        print("ok 7: a crashed sidecar and a failed start show as not running, with the exit status and stderr")
     except BaseException as e:
         failures += 1
         import traceback
@@ -365,7 +458,7 @@ def main() -> int:
         print(f"panel: FAILED (left for a look: {root})", file=sys.stderr)
         return 1
     shutil.rmtree(root, ignore_errors=True)
-    print("panel: the Hosted UI's Python against a running sidecar: 6 checks ok")
+    print("panel: the Hosted UI's Python against a running sidecar: 7 checks ok")
     return 0
 
 

@@ -512,6 +512,29 @@ class NekoSidecarPlugin(NekoPluginBase):
         admin, why = self._admin()
         return Ok(await asyncio.to_thread(panel.restart_server, admin, why, server))
 
+    @ui.action(label=tr("actions.signIn.label", default="Sign in"), tone="primary", group="servers", order=25, refresh_context=True)
+    @plugin_entry(
+        id="sign_in",
+        name=tr("entries.signIn.name", default="Sign in to an MCP server"),
+        description=tr(
+            "entries.signIn.description",
+            default="Opens the sign-in page (OAuth) of an MCP server that needs one, in the browser on this machine.",
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {"server": {"type": "string", "description": tr("entries.signIn.fields.server", default="The MCP server's name")}},
+            "required": ["server"],
+        },
+    )
+    async def sign_in(self, server: str, **_):
+        admin, why = self._admin()
+        answer = await asyncio.to_thread(panel.sign_in, admin, why, server)
+        if answer.get("ok"):
+            # The consent happens in the user's browser, on this machine: the
+            # redirect comes back to the sidecar's loopback listener.
+            answer["opened"] = bool(await asyncio.to_thread(webbrowser.open, answer["url"]))
+        return Ok(answer)
+
     @ui.action(label=tr("actions.toolsFolder.label", default="Tools folder"), group="files", order=30, refresh_context=False)
     @plugin_entry(
         id="tools_folder",

@@ -3,7 +3,8 @@ sidecar's loopback admin listener.
 
 Nothing here keeps a copy of the sidecar's state: every read is a request
 to the sidecar (``GET /status``, ``POST /ui/calls``), every action one
-(``POST /ui/call``, ``POST /ui/mcp/restart``), made at the moment the
+(``POST /ui/call``, ``POST /ui/mcp/restart``; a sign-in is the sidecar's
+own link, ``/oauth/login/NAME``, opened in the browser), made at the moment the
 panel asks. The routes that act or show what the model read want the
 inspector page's own Origin and a token; the plugin makes a token at every
 start and hands it to the sidecar in ``NEKO_SIDECAR_ADMIN_TOKEN`` (the
@@ -236,3 +237,31 @@ def restart_server(admin: Admin | None, why_no_admin: str | None, server: str) -
     if code != 200:
         return {"ok": False, "error": refused(code, answer)}
     return {"ok": True, "server": server}
+
+
+def sign_in(admin: Admin | None, why_no_admin: str | None, server: str) -> dict:
+    """Where the user signs in to the MCP server ``server`` (OAuth): the
+    link its ``/status`` shows (``sign_in.link``, the admin listener's
+    ``/oauth/login/NAME``, which starts the sign-in and sends the browser on
+    to the authorization server), or why there is none."""
+    if admin is None:
+        return {"ok": False, "error": error(why_no_admin or "errors.adminOff")}
+    try:
+        code, status = admin.get("/status")
+    except OSError as e:
+        return {"ok": False, "error": error("errors.unreachable", str(e))}
+    if code != 200 or not isinstance(status, dict):
+        return {"ok": False, "error": refused(code, status)}
+    servers = status.get("mcp_servers") if isinstance(status.get("mcp_servers"), list) else []
+    found = next((m for m in servers if isinstance(m, dict) and m.get("name") == server), None)
+    if found is None:
+        return {"ok": False, "error": error("errors.noSuchServer", server)}
+    state = found.get("sign_in") if isinstance(found.get("sign_in"), dict) else {}
+    link = state.get("link")
+    if state.get("state") != "needs_sign_in" or not isinstance(link, str):
+        detail = state.get("reason") or state.get("state") or ""
+        return {"ok": False, "error": error("errors.noSignIn", str(detail))}
+    # Only the sidecar's own page is opened: the browser goes on from there.
+    if not link.startswith(admin.base + "/oauth/login/"):
+        return {"ok": False, "error": error("errors.sidecarAnswer", "the sign-in link is not the admin listener's")}
+    return {"ok": True, "server": server, "url": link}

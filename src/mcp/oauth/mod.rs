@@ -1134,4 +1134,133 @@ mod tests {
         assert_eq!(s.state, "needs_sign_in");
         assert_eq!(s.link.as_deref(), Some("http://l/"));
     }
+
+    /// A hub with one server `srv` whose metadata and configured client
+    /// are known already, so a sign-in starts without the network; its
+    /// authorization server is `issuer` on a refused loopback port.
+    fn hub_with_one_server(dir: &std::path::Path, issuer: &str) -> Arc<OAuth> {
+        let hub = OAuth::new(Store::at(dir.join("oauth.json")));
+        hub.set_admin("127.0.0.1:48999".parse().unwrap());
+        let url = "http://127.0.0.1:9/mcp";
+        let auth = Arc::new(ServerAuth {
+            name: "srv".into(),
+            url: Url::parse(url).unwrap(),
+            server_url: url.into(),
+            options: HttpOptions::default(),
+            hub: Arc::downgrade(&hub),
+            state: Mutex::new(AuthState {
+                entry: Some(Entry {
+                    server_url: url.into(),
+                    resource: url.into(),
+                    metadata: ServerMetadata {
+                        issuer: issuer.into(),
+                        authorization_endpoint: format!("{issuer}/authorize"),
+                        token_endpoint: format!("{issuer}/token"),
+                        registration_endpoint: None,
+                        revocation_endpoint: None,
+                        code_challenge_methods_supported: Some(vec!["S256".into()]),
+                        token_endpoint_auth_methods_supported: None,
+                        scopes_supported: None,
+                    },
+                    client: Some(Client {
+                        client_id: "configured".into(),
+                        client_secret: None,
+                        redirect_uri: String::new(),
+                        registered: false,
+                    }),
+                    tokens: None,
+                }),
+                needs: Some(String::new()),
+                ..AuthState::default()
+            }),
+            refreshing: tokio::sync::Mutex::new(()),
+            signed_in: Notify::new(),
+        });
+        lock(&hub.servers).insert("srv".into(), auth);
+        hub
+    }
+
+    /// The `state` of the authorization URL a sign-in started with.
+    fn state_of(authorize: &str) -> String {
+        Url::parse(authorize)
+            .unwrap()
+            .query_pairs()
+            .find(|(k, _)| k == "state")
+            .unwrap()
+            .1
+            .into_owned()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pending_sign_in_older_than_ten_minutes_is_refused_with_its_reason_and_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let hub = hub_with_one_server(dir.path(), "http://127.0.0.1:9");
+        // Just within its time, the redirect gets past the expiry (to the
+        // issuer check, which a wrong `iss` fails without the network).
+        let state = state_of(&hub.start("srv").await.unwrap());
+        tokio::time::advance(PENDING_FOR - Duration::from_secs(1)).await;
+        let e = hub
+            .finish(&format!("state={state}&code=c&iss=http://other.example"))
+            .await
+            .unwrap_err();
+        assert!(e.contains("RFC 9207"), "{e}");
+
+        let state = state_of(&hub.start("srv").await.unwrap());
+        tokio::time::advance(PENDING_FOR).await;
+        let e = hub
+            .finish(&format!("state={state}&code=c"))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "the sign-in to `srv` took longer than 10 minutes: start again at http://127.0.0.1:48999/oauth/login/srv"
+        );
+        // Used up: the same redirect again matches nothing.
+        let e = hub
+            .finish(&format!("state={state}&code=c"))
+            .await
+            .unwrap_err();
+        assert!(e.contains("matches no sign-in in progress"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_redirect_naming_another_issuer_is_refused_before_any_exchange() {
+        let dir = tempfile::tempdir().unwrap();
+        let hub = hub_with_one_server(dir.path(), "http://127.0.0.1:9");
+        for iss in [
+            "http://127.0.0.1:9/elsewhere",
+            "https://127.0.0.1:9",
+            "http://evil.example",
+        ] {
+            let state = state_of(&hub.start("srv").await.unwrap());
+            let e = hub
+                .finish(&format!(
+                    "state={state}&code=planted-code&iss={}",
+                    form_encode(iss)
+                ))
+                .await
+                .unwrap_err();
+            assert_eq!(
+                e,
+                format!(
+                    "the redirect names issuer {iss}, not the one `srv` signs in with (RFC 9207: a mix-up): refused"
+                )
+            );
+        }
+        // The issuer it signs in with (a trailing slash aside) passes the
+        // check and goes on to the exchange, which finds nobody at the
+        // token endpoint; so does a redirect without `iss`, which RFC 9207
+        // lets a server leave out.
+        for tail in ["&iss=http%3A%2F%2F127.0.0.1%3A9%2F", ""] {
+            let state = state_of(&hub.start("srv").await.unwrap());
+            let e = hub
+                .finish(&format!("state={state}&code=c{tail}"))
+                .await
+                .unwrap_err();
+            assert!(
+                !e.contains("RFC 9207") && !e.contains("issuer"),
+                "{tail}: {e}"
+            );
+        }
+    }
 }

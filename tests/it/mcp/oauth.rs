@@ -529,7 +529,7 @@ async fn servers_that_cannot_be_signed_in_to_say_why_and_a_configured_client_sig
 }
 
 /// The legacy HTTP+SSE transport signs in the same way: its GET answered
-/// 401, discovery at the well-known URIs, the token on the GET and the
+/// 401, discovery from its challenge, the token on the GET and the
 /// POSTs; an expired token refreshed when the stream is opened again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_legacy_sse_server_that_needs_oauth_is_signed_in_and_called() {
@@ -556,4 +556,62 @@ async fn a_legacy_sse_server_that_needs_oauth_is_signed_in_and_called() {
     let a = invoke(&rig.h, call("old_whoami", json!({}))).await;
     assert!(!a.model_text.contains("nobody"), "{a:#?}");
     nothing_planted(&rig.surfaces().await, &[]);
+}
+
+/// The legacy transport reads its `401`'s challenge as Streamable HTTP
+/// does: the protected resource metadata is found only where the
+/// challenge's `resource_metadata` says (its well-known URIs answer 404),
+/// and the challenge's `scope` is the one asked for. Its redirect naming
+/// another issuer (RFC 9207) is refused at the callback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_sse_server_is_discovered_from_its_challenge() {
+    let py = PyOAuthServer::start(&["--sse", "--moved-metadata"]).await;
+    let manifest = crate::support::mcp::http_server("moved", &py.url, "transport = \"sse\"");
+    let rig = Rig::start(&manifest, &[], refused_port()).await;
+    let s = rig
+        .wait_server("moved", "needs sign-in with a link", |s| {
+            s["sign_in"]["state"] == "needs_sign_in" && s["sign_in"]["link"].is_string()
+        })
+        .await;
+    let paths = py.log().await["resource_metadata_paths"].clone();
+    assert_eq!(
+        paths[0], "/moved/resource-metadata",
+        "discovery did not start from the challenge: {paths:#}"
+    );
+    let r = browser()
+        .get(s["sign_in"]["link"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let authorize = r.headers()["location"].to_str().unwrap().to_string();
+    let q: std::collections::BTreeMap<_, _> = url::Url::parse(&authorize)
+        .unwrap()
+        .query_pairs()
+        .into_owned()
+        .collect();
+    assert_eq!(q["scope"], "moved-scope", "{authorize}");
+    // A redirect naming another issuer (RFC 9207) is refused at the
+    // callback with the reason, and nothing is exchanged.
+    let redirect = rig.consent(s["sign_in"]["link"].as_str().unwrap()).await;
+    let mut mixed = url::Url::parse(&redirect).unwrap();
+    mixed
+        .query_pairs_mut()
+        .append_pair("iss", "http://127.0.0.1:9/elsewhere");
+    let (code, page) = rig.arrive(mixed.as_str()).await;
+    assert_eq!(code, 400, "{page}");
+    assert!(
+        page.contains("names issuer http://127.0.0.1:9/elsewhere") && page.contains("RFC 9207"),
+        "{page}"
+    );
+    assert_eq!(py.log().await["exchanges"], 0);
+    rig.sign_in("moved").await;
+    wait_stand_in(&rig.h, "moved's tools registered", |h| {
+        h.registry_snapshot().roles[0]
+            .tools
+            .iter()
+            .any(|t| t.name == "moved_echo")
+    })
+    .await;
+    let a = invoke(&rig.h, call("moved_echo", json!({"text": "found"}))).await;
+    assert!(!a.is_error && a.model_text.contains("found"), "{a:#?}");
 }

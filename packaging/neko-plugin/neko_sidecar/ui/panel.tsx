@@ -64,6 +64,15 @@ type ToolView = {
   failures: number
 }
 
+// A remote server's OAuth sign-in, as /status shows it (never a token).
+type SignIn = {
+  state: string
+  link?: string | null
+  reason?: string | null
+  expires_at?: number | null
+  refreshable?: boolean
+}
+
 type ServerView = {
   name: string
   transport: string
@@ -72,6 +81,7 @@ type ServerView = {
   last_error?: string | null
   restarts: number
   tools: string[]
+  sign_in?: SignIn | null
 }
 
 type Status = {
@@ -156,6 +166,17 @@ const PHASE_KEYS: Record<string, string> = {
   restarting: "phase.restarting",
   stopped: "phase.stopped",
 }
+// The catalogue keys and tones of each sign-in state.
+const SIGN_IN_KEYS: Record<string, string> = {
+  needs_sign_in: "servers.signIn.needed",
+  signed_in: "servers.signIn.signedIn",
+  refused: "servers.signIn.refused",
+}
+const SIGN_IN_TONES: Record<string, Tone> = {
+  needs_sign_in: "warning",
+  signed_in: "success",
+  refused: "danger",
+}
 const PHASE_TONES: Record<string, Tone> = {
   starting: "info",
   ready: "success",
@@ -185,6 +206,7 @@ export default function SidecarPanel(props: PluginSurfaceProps<State>) {
   const actions = Array.isArray(props.actions) ? (props.actions as HostedAction[]) : []
   const restart = actions.find((a) => a.id === "restart_server")
   const openInspector = actions.find((a) => a.id === "open_inspector")
+  const signIn = actions.find((a) => a.id === "sign_in")
   const status = state.status || null
   const tools = status?.tools || []
   const servers = status?.mcp_servers || []
@@ -440,8 +462,26 @@ export default function SidecarPanel(props: PluginSurfaceProps<State>) {
             { key: "restarts", label: t("servers.restarts") },
             { key: "last_error", label: t("servers.lastError"), render: (row) => row.last_error || "" },
             { key: "origin", label: t("servers.origin"), render: (row) => originOf(row) },
+            {
+              key: "sign_in",
+              label: t("servers.signIn.column"),
+              render: (row) =>
+                row.sign_in ? (
+                  <StatusBadge tone={SIGN_IN_TONES[row.sign_in.state] || "default"} label={t(SIGN_IN_KEYS[row.sign_in.state] || "servers.signIn.needed")} />
+                ) : (
+                  ""
+                ),
+            },
           ]}
         />
+        {servers
+          .filter((s) => s.sign_in?.state === "needs_sign_in")
+          .map((s) => (
+            <Stack key={"sign-in-" + s.name}>
+              <Alert tone="warning" message={t("servers.signIn.hint", { name: s.name, link: s.sign_in?.link || "" })} />
+              {signIn ? <ActionButton action={signIn} values={{ server: s.name }} label={t("servers.signIn.button", { name: s.name })} /> : null}
+            </Stack>
+          ))}
         {restart && server ? (
           <ActionButton action={restart} values={{ server }} label={t("servers.restart", { name: server })} />
         ) : servers.length > 0 ? (
