@@ -402,8 +402,11 @@ fn log_change(name: &str, prev: Option<&ToolState>, state: &ToolState) {
             } else {
                 "tool name is registered by another owner; leaving it alone (conflict_policy decides)"
             };
-            let callback_url = callback_url.as_deref().unwrap_or("none");
-            tracing::warn!(tool = %name, owner = %owner, callback_url, "{what}");
+            // Shown as every URL is (`redact_url`): userinfo and query values out.
+            let callback_url = callback_url
+                .as_deref()
+                .map_or_else(|| "none".to_string(), crate::manifest::remote::redact_url);
+            tracing::warn!(tool = %name, owner = %owner, callback_url = %callback_url, "{what}");
         }
         ToolState::Rejected { errors } => {
             let errors: Vec<String> = errors.iter().map(ToString::to_string).collect();

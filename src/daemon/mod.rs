@@ -278,7 +278,7 @@ pub async fn start(
     }
     tracing::info!(
         callback = %callback.base_url(),
-        main_server = %config.main_server.url,
+        main_server = %crate::manifest::remote::redact_url(&config.main_server.url),
         source = %config.source,
         "neko-sidecar is running"
     );
