@@ -417,6 +417,15 @@
     return cut.cut ? cut.text + " … " + tr("calls.cut", "(cut: {bytes} bytes in all)", { bytes: cut.bytes }) : cut.text;
   }
 
+  function by(who) {
+    switch (who) {
+      case "inspector": return tr("calls.byInspector", "tried from the inspector");
+      case "panel": return tr("calls.byPanel", "tried from the N.E.K.O panel");
+      case "cli": return tr("calls.byCli", "tried with neko-sidecar call");
+      default: return tr("calls.byModel", "the model");
+    }
+  }
+
   function renderCall(c) {
     const d = document.createElement("details");
     d.className = "call";
@@ -426,6 +435,9 @@
       text("span", c.at + " "),
       text("code", c.tool),
       text("span", " " + (c.role || tr("tools.allRoles", "all roles")) + " · "),
+      // Who made it: the model, or someone trying the tool (this page, the
+      // N.E.K.O panel, `neko-sidecar call`).
+      text("span", by(c.by) + " · ", c.by && c.by !== "model" ? "by tried" : "by"),
       text("span", c.outcome, c.is_error ? "bad" : "ok"),
       text("span", " · " + tr("common.ms", "{ms} ms", { ms: c.duration_ms }))
     );

@@ -95,6 +95,7 @@ type CallRecord = {
   seq: number
   at: string
   tool: string
+  by?: string
   role?: string | null
   duration_ms: number
   outcome: string
@@ -155,6 +156,13 @@ const PHASE_KEYS: Record<string, string> = {
   ready: "phase.ready",
   restarting: "phase.restarting",
   stopped: "phase.stopped",
+}
+// Who made a call, as the call history says (`by`).
+const BY_KEYS: Record<string, string> = {
+  model: "calls.byModel",
+  inspector: "calls.byInspector",
+  panel: "calls.byPanel",
+  cli: "calls.byCli",
 }
 const PHASE_TONES: Record<string, Tone> = {
   starting: "info",
@@ -461,6 +469,7 @@ export default function SidecarPanel(props: PluginSurfaceProps<State>) {
             columns={[
               { key: "at", label: t("calls.at") },
               { key: "tool", label: t("calls.tool") },
+              { key: "by", label: t("calls.by"), render: (row) => t(BY_KEYS[row.by || "model"] || "calls.byModel") },
               { key: "role", label: t("calls.role"), render: (row) => row.role || t("tools.allRoles") },
               { key: "duration_ms", label: t("calls.duration"), render: (row) => t("common.ms", { ms: row.duration_ms }) },
               {
