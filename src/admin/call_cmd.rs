@@ -110,7 +110,7 @@ pub(crate) async fn call(
         .callback_url
         .clone()
         .ok_or_else(|| CallError::NoCallbackUrl(opts.tool.clone()))?;
-    let (report, _) = call_url(&tool.name, &url, tool.timeout_seconds, &raw).await;
+    let (report, _) = call_url(&tool.name, &url, tool.timeout_seconds, &raw, "cli").await;
     Ok(report)
 }
 
@@ -118,19 +118,23 @@ pub(crate) async fn call(
 /// model's argument text `raw`, within the tool's timeout (main_server's
 /// default when unknown), and reads the answer by main_server's rules.
 /// Also returns the HTTP status and body as they came, when one came. The
-/// `call` command and the inspector page both call through here.
+/// `call` command and the inspector page both call through here; `by`
+/// (one of `history::CALLERS`) says which, in the call history.
 pub(super) async fn call_url(
     name: &str,
     url: &str,
     timeout_seconds: Option<f64>,
     raw: &str,
+    by: &str,
 ) -> (CallReport, Option<RawAnswer>) {
     let timeout = timeout_seconds
         .filter(|s| s.is_finite() && *s > 0.0)
         .map_or(DEFAULT_TIMEOUT, Duration::from_secs_f64);
     let call_id = turn_call_id(0);
     let started = Instant::now();
-    let body = callback_body(name, raw, &call_id);
+    let mut body = callback_body(name, raw, &call_id);
+    // Who calls, for the call history (main_server's calls have no such key).
+    body[crate::admin::history::BY_KEY] = json!(by);
     let connections = tokio::sync::Semaphore::new(MAX_CALLBACK_CONNECTIONS);
     let (view, image_repairs, answer) = match send_callback(&connections, url, timeout, &body).await
     {

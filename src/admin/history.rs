@@ -95,6 +95,11 @@ pub struct CallRecord {
     /// When the call arrived, RFC 3339 UTC.
     pub at: String,
     pub tool: String,
+    /// Who made the call: `model` (main_server, for the chat model), or the
+    /// sidecar's own ways to try a tool: `inspector` (the page), `panel`
+    /// (the N.E.K.O plugin's panel) or `cli` (`neko-sidecar call`).
+    #[serde(default = "by_model")]
+    pub by: String,
     /// The tool's role; `None` is every role.
     pub role: Option<String>,
     /// From arrival to answer.
@@ -109,6 +114,18 @@ pub struct CallRecord {
     pub answer: Cut,
     pub pictures: Vec<PictureSeen>,
 }
+
+fn by_model() -> String {
+    "model".to_owned()
+}
+
+/// The key of a callback body the sidecar's own calls (`call_url`) add to
+/// say who made them; main_server never sends it. Who holds the callback
+/// URL (main_server and the sidecar's own admin side; it carries the run's
+/// token) can set it, so it is a label, not a proof.
+pub const BY_KEY: &str = "neko_sidecar_by";
+/// The values of [`BY_KEY`] the history takes; any other is `model`.
+pub const CALLERS: [&str; 3] = ["inspector", "panel", "cli"];
 
 /// What the history answers: the entries and how it is bounded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -182,6 +199,7 @@ impl CallHistory {
             seq: 0,
             at: super::time::rfc3339(call.arrived),
             tool: call.tool.to_owned(),
+            by: by_of(call.body).to_owned(),
             role: call.role.map(str::to_owned),
             duration_ms: u64::try_from(call.duration.as_millis()).unwrap_or(u64::MAX),
             outcome,
@@ -242,6 +260,7 @@ impl Ring {
             .map(|c| {
                 c.at.capacity()
                     + c.tool.capacity()
+                    + c.by.capacity()
                     + c.role.as_ref().map_or(0, String::capacity)
                     + c.outcome.capacity()
                     + c.arguments.text.capacity()
@@ -271,6 +290,19 @@ fn held(record: &CallRecord) -> usize {
 
 /// The arguments of a callback body as main_server wrote them; the whole
 /// body when it is not a call (the model's call then failed on it).
+/// Who made the call whose callback body is `body` ([`BY_KEY`]).
+fn by_of(body: &[u8]) -> &'static str {
+    #[derive(serde::Deserialize)]
+    struct By<'a> {
+        #[serde(borrow, rename = "neko_sidecar_by")]
+        by: Option<&'a str>,
+    }
+    match serde_json::from_slice::<By<'_>>(body) {
+        Ok(By { by: Some(by) }) => CALLERS.into_iter().find(|c| *c == by).unwrap_or("model"),
+        _ => "model",
+    }
+}
+
 fn arguments_of(body: &[u8]) -> String {
     #[derive(serde::Deserialize)]
     struct Args<'a> {
@@ -341,6 +373,43 @@ mod tests {
         assert_eq!(tools, ["t4", "t3", "t2"]);
         assert_eq!(v.calls[0].seq, 4);
         assert_eq!(h.view(3).calls.len(), 1);
+    }
+
+    #[test]
+    fn each_call_says_who_made_it_and_a_stranger_label_is_the_models() {
+        let h = CallHistory::new(8);
+        let reply = Envelope::ok(json!("x"));
+        for body in [
+            r#"{"name":"t","arguments":{},"call_id":"call_0"}"#,
+            r#"{"name":"t","arguments":{},"call_id":"call_0","neko_sidecar_by":"inspector"}"#,
+            r#"{"name":"t","arguments":{},"call_id":"call_0","neko_sidecar_by":"panel"}"#,
+            r#"{"name":"t","arguments":{},"call_id":"call_0","neko_sidecar_by":"cli"}"#,
+            r#"{"name":"t","arguments":{},"call_id":"call_0","neko_sidecar_by":"<b>root</b>"}"#,
+            r#"{"name":"t","arguments":{},"call_id":"call_0","neko_sidecar_by":7}"#,
+            "not json",
+        ] {
+            h.record(Finished {
+                tool: "t",
+                role: None,
+                arrived: SystemTime::UNIX_EPOCH,
+                duration: Duration::ZERO,
+                body: body.as_bytes(),
+                reply: &reply,
+            });
+        }
+        let by: Vec<String> = h.view(0).calls.into_iter().rev().map(|c| c.by).collect();
+        assert_eq!(
+            by,
+            [
+                "model",
+                "inspector",
+                "panel",
+                "cli",
+                "model",
+                "model",
+                "model"
+            ]
+        );
     }
 
     /// BENCHMARKS.md's figure: the ring at its default size after

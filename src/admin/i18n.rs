@@ -61,6 +61,41 @@ pub(crate) fn phase_key(phase: &str) -> &'static str {
     }
 }
 
+/// One sentence of the page in English, from the `en` catalogue, marked
+/// so the script can say it in the browser's language: the element carries
+/// the key (`data-i18n-s`), and each placeholder's value is a child element
+/// (`data-arg`) the script moves into the translated sentence as it is.
+/// `args` are HTML the caller escaped (they may hold markup of ours, such as
+/// `<code>`); the sentence's own text is escaped here. What the sidecar or a
+/// tool wrote stays in the arguments, untranslated.
+pub(crate) fn sentence(key: &str, args: &[(&str, String)]) -> String {
+    static EN: std::sync::OnceLock<std::collections::HashMap<String, String>> =
+        std::sync::OnceLock::new();
+    let en = EN.get_or_init(|| serde_json::from_str(CATALOGUES[0]).unwrap_or_default());
+    // A key the catalogue lacks is a bug the tests catch; the page then
+    // shows the key rather than nothing.
+    let template = en.get(key).map_or(key, String::as_str);
+    let mut out = format!("<span data-i18n-s=\"{}\">", super::page::esc(key));
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let Some(len) = rest[open..].find('}') else {
+            break;
+        };
+        let name = &rest[open + 1..open + len];
+        out.push_str(&super::page::esc(&rest[..open]));
+        match args.iter().find(|(n, _)| *n == name) {
+            Some((n, html)) => {
+                out.push_str(&format!("<span data-arg=\"{n}\">{html}</span>"));
+            }
+            None => out.push_str(&super::page::esc(&rest[open..=open + len])),
+        }
+        rest = &rest[open + len + 1..];
+    }
+    out.push_str(&super::page::esc(rest));
+    out.push_str("</span>");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +126,25 @@ mod tests {
         assert_eq!(catalogue("../en"), None);
     }
 
+    #[test]
+    fn a_sentence_is_the_english_text_with_its_arguments_marked() {
+        let html = sentence(
+            "inspector.heldBy",
+            &[("owner", "<code>plugin:x</code>".to_owned())],
+        );
+        assert_eq!(
+            html,
+            r#"<span data-i18n-s="inspector.heldBy">held by <span data-arg="owner"><code>plugin:x</code></span></span>"#
+        );
+        // The catalogue's own text is escaped; a placeholder without a value
+        // stays as written.
+        let html = sentence("inspector.lost", &[]);
+        assert_eq!(
+            html,
+            r#"<span data-i18n-s="inspector.lost">the sidecar does not answer ({error})</span>"#
+        );
+    }
+
     /// Every key the page and its script name is in the catalogue.
     #[test]
     fn the_page_names_only_known_keys() {
@@ -102,9 +156,13 @@ mod tests {
         ];
         let mut seen = 0;
         for text in sources {
-            for quote in ["data-i18n=\\\"", "tr(\"", "data-i18n=\""] {
+            for quote in ["data-i18n=\\\"", "tr(\"", "data-i18n=\"", "sentence("] {
                 for (at, _) in text.match_indices(quote) {
-                    let rest = &text[at + quote.len()..];
+                    // `sentence(` is followed by the key's literal, on its
+                    // line or the next.
+                    let rest = text[at + quote.len()..]
+                        .trim_start()
+                        .trim_start_matches('"');
                     let key: String = rest
                         .chars()
                         .take_while(|c| c.is_ascii_alphanumeric() || *c == '.')

@@ -208,6 +208,10 @@ struct CallRequest {
     /// would read then.
     #[serde(default)]
     skip_check: bool,
+    /// Who asks: `inspector` (the page, the default) or `panel` (the
+    /// N.E.K.O plugin's panel), as the call history shows it.
+    #[serde(default)]
+    by: Option<String>,
 }
 
 fn refuse(code: StatusCode, message: String) -> Response {
@@ -230,6 +234,19 @@ pub(crate) async fn call(
                 StatusCode::BAD_REQUEST,
                 format!(
                     "the call request is not {{\"tool\", \"arguments\" or \"raw_arguments\", \"skip_check\"}}: {e}"
+                ),
+            );
+        }
+    };
+    let by = match req.by.as_deref() {
+        None | Some("inspector") => "inspector",
+        Some("panel") => "panel",
+        Some(other) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "`by` is {:?}; it is \"inspector\" or \"panel\"",
+                    other.chars().take(64).collect::<String>()
                 ),
             );
         }
@@ -267,7 +284,7 @@ pub(crate) async fn call(
     let spec = Arc::clone(&tool.spec);
     let url = url.clone();
     drop(sample);
-    let (report, answer) = call_url(&spec.name, &url, Some(spec.timeout_seconds), &raw).await;
+    let (report, answer) = call_url(&spec.name, &url, Some(spec.timeout_seconds), &raw, by).await;
     axum::Json(json!({
         "called": true,
         "answer": report.answer,

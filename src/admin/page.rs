@@ -11,6 +11,7 @@
 
 use std::fmt::Write as _;
 
+use super::i18n::sentence;
 use super::sample::Sample;
 use super::view::{StateView, StatusView, ToolView, build};
 use crate::mcp::ServerStatus;
@@ -34,13 +35,13 @@ pub(crate) fn render_page(sample: &Sample, token: Option<&str>) -> String {
 <script src="/inspector.js" defer></script>
 </head>
 <body>
-<header><h1>neko-sidecar</h1><span class="hint">source <code>{source}</code> · version {version} · up since {started} · <span id="live">live</span></span></header>
+<header><h1>neko-sidecar</h1><span class="hint">{header} · <span id="live" data-i18n="inspector.live">live</span></span></header>
 <main>
 <section id="status" aria-live="polite">
 {status}</section>
 <section id="try">
 <h2 data-i18n="try.title">Try a tool</h2>
-<noscript><p>Calling a tool from this page needs JavaScript; <code>neko-sidecar call TOOL --args JSON</code> does the same in a terminal.</p></noscript>
+<noscript><p>{noscript}</p></noscript>
 {form}
 </section>
 <section id="calls">
@@ -55,13 +56,32 @@ pub(crate) fn render_page(sample: &Sample, token: Option<&str>) -> String {
         token = esc(token.unwrap_or("")),
         locales = super::i18n::LOCALES.join(","),
         source = esc(&view.source),
-        version = esc(&view.version),
-        started = esc(&view.started_at),
+        header = sentence(
+            "inspector.header",
+            &[
+                ("source", format!("<code>{}</code>", esc(&view.source))),
+                ("version", esc(&view.version)),
+                ("started", esc(&view.started_at)),
+            ]
+        ),
+        noscript = sentence(
+            "inspector.noscript",
+            &[(
+                "command",
+                "<code>neko-sidecar call TOOL --args JSON</code>".to_owned()
+            )]
+        ),
         status = render_view(sample, &view),
         form = if token.is_some() {
-            FORM
+            FORM.to_owned()
         } else {
-            "<p class=\"bad\">This sidecar had no randomness for the page's token, so the page cannot call tools; use <code>neko-sidecar call</code>.</p>"
+            format!(
+                "<p class=\"bad\">{}</p>",
+                sentence(
+                    "inspector.noToken",
+                    &[("command", "<code>neko-sidecar call</code>".to_owned())]
+                )
+            )
         },
     );
     out
@@ -80,7 +100,7 @@ const FORM: &str = r#"<form id="call-form" hidden>
 <p><button type="submit" id="call" data-i18n="try.call">Call</button></p>
 </form>
 <div id="result" hidden>
-<h3 id="result-title">What the model reads</h3>
+<h3 id="result-title" data-i18n="try.reads">What the model reads:</h3>
 <pre id="model-text"></pre>
 <p id="result-meta" class="hint"></p>
 <details><summary data-i18n="inspector.rawAnswer">Raw answer of the callback</summary><pre id="raw-answer"></pre></details>
@@ -105,75 +125,122 @@ fn render_view(sample: &Sample, v: &StatusView) -> String {
         Some(false) => {
             let _ = writeln!(
                 out,
-                r#"<p class="banner bad" id="banner">main_server does not answer ({} failed attempts): {}</p>"#,
-                ms.failed_attempts,
-                esc(ms.last_error.as_deref().unwrap_or("unknown error"))
+                r#"<p class="banner bad" id="banner">{}</p>"#,
+                sentence(
+                    "inspector.banner.unreachable",
+                    &[
+                        ("attempts", ms.failed_attempts.to_string()),
+                        (
+                            "error",
+                            esc(ms.last_error.as_deref().unwrap_or("unknown error"))
+                        ),
+                    ]
+                )
             );
         }
         None => {
-            out.push_str(
-                "<p class=\"banner warn\" id=\"banner\">main_server not reached yet</p>\n",
+            let _ = writeln!(
+                out,
+                r#"<p class="banner warn" id="banner">{}</p>"#,
+                sentence("inspector.banner.notReached", &[])
             );
         }
         Some(true) if registered < v.tools.len() && ms.last_loss_at.is_some() => {
             let _ = writeln!(
                 out,
-                r#"<p class="banner warn" id="banner">main_server lost our tools at {} (a restart or an eviction); registering them again: {registered} of {} registered</p>"#,
-                esc(ms.last_loss_at.as_deref().unwrap_or("")),
-                v.tools.len()
+                r#"<p class="banner warn" id="banner">{}</p>"#,
+                sentence(
+                    "inspector.banner.lost",
+                    &[
+                        ("at", esc(ms.last_loss_at.as_deref().unwrap_or(""))),
+                        ("registered", registered.to_string()),
+                        ("total", v.tools.len().to_string()),
+                    ]
+                )
             );
         }
         Some(true) => {}
     }
     let answers = match ms.reachable {
-        Some(true) => format!(
-            "<span class=\"ok\">yes</span>, last contact {}",
-            esc(ms.last_contact.as_deref().unwrap_or("-"))
+        Some(true) => sentence(
+            "inspector.answersYes",
+            &[
+                (
+                    "yes",
+                    "<span class=\"ok\" data-i18n=\"common.yes\">yes</span>".to_owned(),
+                ),
+                ("at", esc(ms.last_contact.as_deref().unwrap_or("-"))),
+            ],
         ),
-        Some(false) => format!(
-            "<span class=\"bad\">no</span>: {}",
-            esc(ms.last_error.as_deref().unwrap_or("unknown error"))
+        Some(false) => sentence(
+            "inspector.answersNo",
+            &[
+                (
+                    "no",
+                    "<span class=\"bad\" data-i18n=\"common.no\">no</span>".to_owned(),
+                ),
+                (
+                    "error",
+                    esc(ms.last_error.as_deref().unwrap_or("unknown error")),
+                ),
+            ],
         ),
-        None => "not reached yet".to_owned(),
+        None => "<span data-i18n=\"mainServer.notYet\">not reached yet</span>".to_owned(),
     };
     let restart = match &ms.last_loss_at {
-        Some(at) => format!(
-            "{}: registered tools went missing (a main_server restart or an eviction; {} time{} since start)",
-            esc(at),
-            v.engine.loss_events,
-            if v.engine.loss_events == 1 { "" } else { "s" }
+        Some(at) => sentence(
+            "inspector.lastRestart",
+            &[("at", esc(at)), ("count", v.engine.loss_events.to_string())],
         ),
-        None => "never".to_owned(),
+        None => sentence("inspector.never", &[]),
     };
     let ready = if v.ready {
-        "<span class=\"ok\">ready</span>".to_owned()
+        "<span class=\"ok\" data-i18n=\"inspector.ready\">ready</span>".to_owned()
     } else {
+        // The reasons are the sidecar's own sentences, as /status has them.
         let reasons: Vec<String> = v.not_ready.iter().map(|r| esc(r)).collect();
-        format!(
-            "<span class=\"bad\">not ready</span>: {}",
-            reasons.join("; ")
+        sentence(
+            "inspector.notReadyBecause",
+            &[
+                (
+                    "notReady",
+                    "<span class=\"bad\" data-i18n=\"inspector.notReady\">not ready</span>"
+                        .to_owned(),
+                ),
+                ("reasons", reasons.join("; ")),
+            ],
         )
     };
+    let registered_of = sentence(
+        "inspector.registeredOf",
+        &[
+            ("registered", registered.to_string()),
+            ("total", v.tools.len().to_string()),
+            ("ready", ready),
+        ],
+    );
     let _ = write!(
         out,
-        r#"<h2>main_server</h2>
+        r#"<h2 data-i18n="mainServer.title">main_server</h2>
 <dl class="facts">
 <dt data-i18n="mainServer.url">URL</dt><dd><code>{url}</code></dd>
 <dt data-i18n="inspector.answers">Answers</dt><dd id="ms-answers">{answers}</dd>
 <dt data-i18n="mainServer.lastRestart">Last restart seen</dt><dd id="ms-restart">{restart}</dd>
-<dt data-i18n="inspector.registered">Registered</dt><dd id="ms-registered">{registered} of {total} tools · {ready}</dd>
+<dt data-i18n="inspector.registered">Registered</dt><dd id="ms-registered">{registered_of}</dd>
 </dl>
 "#,
         url = esc(&ms.url),
-        total = v.tools.len(),
     );
     render_tools(&mut out, sample, v);
     render_mcp(&mut out, &v.mcp_servers);
     render_manifests(&mut out, v);
     let _ = writeln!(
         out,
-        r#"<p class="hint">As of {}.</p>"#,
-        esc(&super::time::rfc3339(sample.now))
+        r#"<p class="hint">{}</p>"#,
+        sentence(
+            "inspector.asOf",
+            &[("at", esc(&super::time::rfc3339(sample.now)))]
+        )
     );
     out
 }
@@ -181,7 +248,7 @@ fn render_view(sample: &Sample, v: &StatusView) -> String {
 fn render_tools(out: &mut String, sample: &Sample, v: &StatusView) {
     out.push_str("<h2 data-i18n=\"tools.title\">Tools</h2>\n");
     if v.tools.is_empty() {
-        out.push_str("<p>No tools: no manifest declares one, and no MCP server offers one.</p>\n");
+        let _ = writeln!(out, "<p>{}</p>", sentence("inspector.noTools", &[]));
         return;
     }
     out.push_str(
@@ -206,14 +273,20 @@ fn render_tools(out: &mut String, sample: &Sample, v: &StatusView) {
             target = esc(t.target.as_deref().unwrap_or("-")),
             declared = esc(t.declared_at.as_deref().unwrap_or("-")),
             last_good = if t.serving_last_good {
-                "<div class=\"warn\">its file is in error now: this is its last good version, kept</div>"
+                format!(
+                    "<div class=\"warn\">{}</div>",
+                    sentence("inspector.lastGood", &[])
+                )
             } else {
-                ""
+                String::new()
             },
             last = last_call_cell(t),
             calls = t.calls,
             failures = if t.failures > 0 {
-                format!(" <span class=\"bad\">({} failed)</span>", t.failures)
+                format!(
+                    " <span class=\"bad\">{}</span>",
+                    sentence("inspector.failed", &[("count", t.failures.to_string())])
+                )
             } else {
                 String::new()
             },
@@ -230,30 +303,38 @@ fn state_cell(t: &ToolView) -> String {
         StateView::Conflict {
             owner, same_source, ..
         } => {
+            let owner = ("owner", format!("<code>{}</code>", esc(owner)));
             if *same_source {
-                format!(
-                    "held by another sidecar with our source <code>{}</code>",
-                    esc(owner)
-                )
+                sentence("inspector.heldBySameSource", &[owner])
             } else {
-                format!("held by <code>{}</code>", esc(owner))
+                sentence("inspector.heldBy", &[owner])
             }
         }
-        StateView::Rejected { errors } => format!(
-            "main_server refused it: {}",
-            errors.iter().map(|e| esc(e)).collect::<Vec<_>>().join("; ")
+        // main_server's errors and the sidecar's reasons stay as they came.
+        StateView::Rejected { errors } => sentence(
+            "inspector.refused",
+            &[(
+                "errors",
+                errors.iter().map(|e| esc(e)).collect::<Vec<_>>().join("; "),
+            )],
         ),
         StateView::WaitingForRole { waiting_for } => match waiting_for {
-            Some(role) => format!("role <code>{}</code> does not exist yet", esc(role)),
-            None => "main_server has no role yet".to_owned(),
+            Some(role) => sentence(
+                "inspector.roleMissing",
+                &[("role", format!("<code>{}</code>", esc(role)))],
+            ),
+            None => sentence("inspector.noRoleYet", &[]),
         },
         StateView::Retrying {
             attempt,
             next_attempt_at,
-        } => format!(
-            "attempt {attempt} failed: {}; next at {}",
-            esc(t.last_error.as_deref().unwrap_or("")),
-            esc(next_attempt_at)
+        } => sentence(
+            "inspector.retrying",
+            &[
+                ("attempt", attempt.to_string()),
+                ("error", esc(t.last_error.as_deref().unwrap_or(""))),
+                ("at", esc(next_attempt_at)),
+            ],
         ),
     };
     let class = match &t.state {
@@ -289,9 +370,11 @@ fn last_call_cell(t: &ToolView) -> String {
         )
     };
     format!(
-        "{how} <span class=\"hint\">{} ms, {}</span>",
-        l.took_ms,
-        esc(&l.at)
+        "{how} <span class=\"hint\">{}</span>",
+        sentence(
+            "inspector.lastCallAt",
+            &[("ms", l.took_ms.to_string()), ("at", esc(&l.at))]
+        )
     )
 }
 
@@ -312,11 +395,12 @@ fn render_mcp(out: &mut String, servers: &[ServerStatus]) {
         // listener's /oauth/login, which sends the browser on).
         let sign_in = match &s.sign_in {
             Some(x) if x.state == "needs_sign_in" => format!(
-                r#" <a class="signin" href="/oauth/login/{n}" target="_blank" rel="noopener">Sign in</a>"#,
+                r#" <a class="signin" href="/oauth/login/{n}" target="_blank" rel="noopener" data-i18n="inspector.signIn">Sign in</a>"#,
                 n = esc(&s.name)
             ),
             Some(x) if x.state == "signed_in" => {
-                " <span class=\"detail\">signed in</span>".to_string()
+                " <span class=\"detail\" data-i18n=\"inspector.signedIn\">signed in</span>"
+                    .to_string()
             }
             Some(x) => format!(
                 " <span class=\"bad detail\">{}</span>",
@@ -341,8 +425,8 @@ fn render_mcp(out: &mut String, servers: &[ServerStatus]) {
                 String::new()
             } else {
                 format!(
-                    "<div class=\"bad detail\">not offered: {}</div>",
-                    rejected.join("; ")
+                    "<div class=\"bad detail\">{}</div>",
+                    sentence("inspector.notOffered", &[("tools", rejected.join("; "))])
                 )
             },
             restarts = s.restarts,
@@ -362,15 +446,18 @@ fn render_manifests(out: &mut String, v: &StatusView) {
     if in_error.is_empty() && v.manifests.directories.is_empty() {
         return;
     }
-    out.push_str("<h2>Manifest problems</h2>\n<ul id=\"manifest-problems\">\n");
+    out.push_str("<h2 data-i18n=\"inspector.manifestProblems\">Manifest problems</h2>\n<ul id=\"manifest-problems\">\n");
     for d in &v.manifests.directories {
         let _ = writeln!(out, "<li><pre>{}</pre></li>", esc(&d.text));
     }
     for f in in_error {
         let kept = if f.serving_last_good {
             format!(
-                " (its last good tools are kept: {})",
-                esc(&f.tools.join(", "))
+                " {}",
+                sentence(
+                    "inspector.lastGoodKept",
+                    &[("tools", esc(&f.tools.join(", ")))]
+                )
             )
         } else {
             String::new()
@@ -459,7 +546,10 @@ mod tests {
         assert!(html.contains(r#"<tr data-tool="alpha">"#), "{html}");
         assert!(html.contains("http http://127.0.0.1:9/alpha"), "{html}");
         assert!(html.contains("/m/tools.toml:1:1"), "{html}");
-        assert!(html.contains("held by <code>plugin:other</code>"), "{html}");
+        assert!(
+            html.contains(r#"held by <span data-arg="owner"><code>plugin:other</code></span>"#),
+            "{html}"
+        );
         assert!(html.contains("main_server not reached yet"), "{html}");
         assert!(html.contains("none yet"), "{html}");
     }

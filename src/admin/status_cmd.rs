@@ -215,8 +215,8 @@ fn render_call(c: &CallRecord) -> String {
     let role = c.role.as_deref().unwrap_or("(all)");
     let _ = writeln!(
         out,
-        "#{} {} {} role {role}: {} in {} ms",
-        c.seq, c.at, c.tool, c.outcome, c.duration_ms
+        "#{} {} {} role {role} by {}: {} in {} ms",
+        c.seq, c.at, c.tool, c.by, c.outcome, c.duration_ms
     );
     let sized = |cut: &super::history::Cut| {
         let text = shorten(&cut.text.replace('\n', " "), CALL_TEXT_CHARS);

@@ -426,6 +426,14 @@ def main():
         wait_for("the page in zh-CN", lambda: b.js("return document.documentElement.lang") == "zh-CN")
         wait_for("the headings from the catalogue", lambda: (b.text("#try h2") or "") == "试用工具")
         wait_for("the tools table in Chinese", lambda: "已注册" in row_text(b, "get_weather"))
+        # The status part's sentences too (src/admin/i18n.rs's `sentence`),
+        # their arguments (numbers, times) kept as the server wrote them.
+        wait_for(
+            "main_server's facts in Chinese",
+            lambda: re.fullmatch(r"已注册 (\d+)/\1 个工具 · 就绪", b.text("#ms-registered") or "")
+            and re.fullmatch(r"是，最近联系于 \S+", b.text("#ms-answers") or "")
+            and re.fullmatch(r"\S+：已注册的工具消失了（main_server 重启或被逐出；启动以来共 \d+ 次）", b.text("#ms-restart") or ""),
+        )
         for css, want in [("#calls h2", "最近的调用"), ("table#tools th", "工具"), ("#call", "调用")]:
             got = b.text(css)
             if got != want:

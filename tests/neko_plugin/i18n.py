@@ -31,7 +31,7 @@ TSX = [PLUGIN / "ui" / "panel.tsx", PLUGIN / "docs" / "guide.tsx"]
 PYTHON = [PLUGIN / "__init__.py", PLUGIN / "panel.py"]
 INSPECTOR = [ROOT / "src" / "admin" / "assets" / "inspector.js", ROOT / "src" / "admin" / "page.rs"]
 # Key namespaces: a string literal that starts with one is a catalogue key.
-KEY_RE = re.compile(r"""["'`]((?:panel|sidecar|common|mainServer|tools|state|reason|try|servers|phase|calls|files|errors|guide|actions|entries|inspector)\.[A-Za-z0-9_.]+)\\?["'`]""")
+KEY_RE = re.compile(r"""["'`]((?:panel|sidecar|common|mainServer|tools|state|reason|try|servers|phase|calls|files|errors|guide|actions|entries|inspector|log|startError)\.[A-Za-z0-9_.]+)\\?["'`]""")
 # Keys the host itself reads: plugin.toml's name and descriptions (upstream
 # mcp_adapter's catalogue has them too).
 HOST_KEYS = {"plugin.name", "plugin.description", "plugin.short_description"}

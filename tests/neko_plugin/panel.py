@@ -355,6 +355,10 @@ def main() -> int:
         history = s["calls"]["calls"]
         assert [c["tool"] for c in history[:2]] == ["greet", "env_probe"], [c["tool"] for c in history]
         assert history[0]["answer"]["text"] == "hello Bo", history[0]
+        # Who made each call: the panel's tries and `neko-sidecar call`'s,
+        # never the model's.
+        assert history[0]["by"] == "panel", history[0]
+        assert {c["by"] for c in history} == {"panel", "cli"}, [c["by"] for c in history]
         photo_calls = [c for c in history if c["tool"] == "photo"]
         assert photo_calls and photo_calls[0]["pictures"][0]["data_b64"], photo_calls
         if os.environ.get("NEKO_PANEL_STATE_OUT"):
@@ -430,17 +434,32 @@ def main() -> int:
         assert any("admin endpoints listening" in line for line in s["stderr"]), s["stderr"]
         assert act("try_tool", tool="greet", arguments={"name": "x"})["error"]["key"] == "errors.notRunning"
         # A start that fails: the config's own error, in the stderr lines.
+        # The plugin's own messages follow the user's language (here LANG,
+        # as on a Linux desktop), through its catalogue and the SDK's
+        # i18n: English so far, Chinese now; the sidecar's lines stay as
+        # it wrote them.
+        assert any(" neko-sidecar: config " in line for line in ctx.logger.lines), ctx.logger.lines
         agent.write_text(agent.read_text() + "\n[admin]\nbogus = 1\n")
         plugin._proc = None
+        saved = {k: os.environ.pop(k, None) for k in ("LC_ALL", "LC_MESSAGES", "LANG")}
+        os.environ["LANG"] = "zh_CN.UTF-8"
+        seen = len(ctx.logger.lines)
         try:
             asyncio.run(run(plugin.startup()))
             raise AssertionError("a broken agent.toml started")
         except RuntimeError as e:
-            assert "exited at once" in str(e), e
+            assert str(e).startswith("neko-sidecar 启动后立即退出，状态 78："), e
+            assert "agent.toml" in str(e), e
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None)
+                if v is not None:
+                    os.environ[k] = v
+        assert any(" neko-sidecar：配置 " in line for line in ctx.logger.lines[seen:]), ctx.logger.lines[seen:]
         s = dashboard()
         assert s["running"] is False and s["exit_status"] == 78, (s["exit_status"], s["stderr"])
         assert s["start_error"] and "agent.toml" in "\n".join(s["stderr"]), s
-        print("ok 7: a crashed sidecar and a failed start show as not running, with the exit status and stderr")
+        print("ok 7: a crashed sidecar and a failed start show as not running, with the exit status and stderr (the plugin's messages in the user's language)")
     except BaseException as e:
         failures += 1
         import traceback

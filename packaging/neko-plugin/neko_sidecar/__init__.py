@@ -84,9 +84,41 @@ MCP_IMPORT_MANIFEST = "neko_mcp_adapter.toml"
 CREATE_NO_WINDOW = 0x08000000
 
 
-def bundled_executable(plugin_dir: Path) -> Path:
+def english(key: str, default: str, **params: object) -> str:
+    """A message in English, where no catalogue is at hand (`key` names it
+    in i18n/*.json)."""
+    return default.format(**params) if params else default
+
+
+def user_locale() -> str | None:
+    """The user's language, as the plugin's log and error messages follow
+    it: the POSIX locale variables where they are set (LC_ALL, LC_MESSAGES,
+    LANG), else the system's own (Windows: the user's default locale), as
+    `zh-CN` and the like; None when there is none (the catalogue's default
+    locale then, English)."""
+    for var in ("LC_ALL", "LC_MESSAGES", "LANG"):
+        value = os.environ.get(var, "")
+        if value:
+            break
+    else:
+        try:
+            import locale
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                value = locale.getdefaultlocale()[0] or ""
+        except (ValueError, AttributeError):
+            value = ""
+    value = value.split(".", 1)[0].split("@", 1)[0]
+    if not value or value in ("C", "POSIX"):
+        return None
+    return value.replace("_", "-")
+
+
+def bundled_executable(plugin_dir: Path, say=english) -> Path:
     """The executable shipped for this platform, or a RuntimeError that
-    says what is shipped."""
+    says what is shipped (in the words of `say`)."""
     machine = platform.machine().lower()
     arch = {"x86_64": "x86_64", "amd64": "x86_64"}.get(machine)
     if sys.platform == "win32":
@@ -95,20 +127,27 @@ def bundled_executable(plugin_dir: Path) -> Path:
         system, name = "linux", "neko-sidecar"
     elif sys.platform == "darwin":
         raise RuntimeError(
-            "neko-sidecar: no macOS build is bundled in this package (it holds "
-            "Windows x86_64 and Linux x86_64). Build it from source "
-            "(cargo install --path .) and run `neko-sidecar run` beside N.E.K.O."
+            say(
+                "startError.noMacos",
+                "neko-sidecar: no macOS build is bundled in this package (it holds "
+                "Windows x86_64 and Linux x86_64). Build it from source "
+                "(cargo install --path .) and run `neko-sidecar run` beside N.E.K.O.",
+            )
         )
     else:
-        raise RuntimeError(f"neko-sidecar: no build for {sys.platform} is bundled")
+        raise RuntimeError(say("startError.noBuild", "neko-sidecar: no build for {platform} is bundled", platform=sys.platform))
     if arch is None:
         raise RuntimeError(
-            f"neko-sidecar: no build for {system} {platform.machine()} is bundled "
-            "(only x86_64)"
+            say(
+                "startError.noArch",
+                "neko-sidecar: no build for {system} {machine} is bundled (only x86_64)",
+                system=system,
+                machine=platform.machine(),
+            )
         )
     exe = plugin_dir / "bin" / f"{system}-{arch}" / name
     if not exe.is_file():
-        raise RuntimeError(f"neko-sidecar: the bundled executable {exe} is missing")
+        raise RuntimeError(say("startError.missing", "neko-sidecar: the bundled executable {path} is missing", path=exe))
     return exe
 
 
@@ -239,8 +278,10 @@ class NekoSidecarPlugin(NekoPluginBase):
         if not agent_toml.exists():
             schema = schema_line(Path(self.plugin_dir), "agent")
             agent_toml.write_text(default_agent_toml(tools_dir, config_dir, schema), encoding="utf-8")
-            self.logger.info(f"neko-sidecar: wrote the default config {agent_toml}")
-        self.logger.info(f"neko-sidecar: config {agent_toml}, tools folder {tools_dir}")
+            self.logger.info(self._say("log.wroteConfig", "neko-sidecar: wrote the default config {path}", path=agent_toml))
+        self.logger.info(
+            self._say("log.paths", "neko-sidecar: config {config}, tools folder {tools}", config=agent_toml, tools=tools_dir)
+        )
         self._sync_mcp_import(tools_dir)
         return agent_toml
 
@@ -251,7 +292,9 @@ class NekoSidecarPlugin(NekoPluginBase):
         examples = Path(self.plugin_dir) / "examples"
         python = sys.executable
         if getattr(sys, "frozen", False) or not python or not (examples / "convert_units.py").is_file():
-            self.logger.info("neko-sidecar: no Python interpreter to run the example tool; tools folder left empty")
+            self.logger.info(
+                self._say("log.noPython", "neko-sidecar: no Python interpreter to run the example tool; tools folder left empty")
+            )
             return
         (tools_dir / "handlers").mkdir(exist_ok=True)
         (tools_dir / "schemas").mkdir(exist_ok=True)
@@ -282,28 +325,29 @@ class NekoSidecarPlugin(NekoPluginBase):
         manifest = tools_dir / MCP_IMPORT_MANIFEST
         ours = not manifest.exists() or manifest.read_text(encoding="utf-8", errors="replace").startswith(MANAGED_MARK)
         if not ours:
-            self.logger.info(f"neko-sidecar: {manifest} is yours (no managed mark): left as it is")
+            self.logger.info(self._say("log.importYours", "neko-sidecar: {path} is yours (no managed mark): left as it is", path=manifest))
             return
         source = self._mcp_adapter_config()
         why_not = None
         if source is None:
-            why_not = "N.E.K.O's MCP adapter has no config here"
+            why_not = self._say("log.noAdapterConfig", "N.E.K.O's MCP adapter has no config here")
         else:
             try:
                 with source.open("rb") as f:
                     adapter = tomllib.load(f).get("mcp_adapter", {})
             except (OSError, tomllib.TOMLDecodeError) as e:
                 adapter = {}
-                self.logger.warning(f"neko-sidecar: cannot read {source}: {e}")
+                self.logger.warning(self._say("log.cannotRead", "neko-sidecar: cannot read {path}: {error}", path=source, error=e))
             if isinstance(adapter, dict) and truthy_flag(adapter.get("inject_mcp", False)):
-                why_not = (
+                why_not = self._say(
+                    "log.injectOn",
                     "the MCP adapter's own chat injection (inject_mcp) is on and registers "
-                    "its servers' tools itself; importing them too would list each tool twice"
+                    "its servers' tools itself; importing them too would list each tool twice",
                 )
         if why_not is not None:
             if manifest.exists():
                 manifest.unlink()
-            self.logger.info(f"neko-sidecar: not importing the MCP adapter's servers: {why_not}")
+            self.logger.info(self._say("log.notImporting", "neko-sidecar: not importing the MCP adapter's servers: {why}", why=why_not))
             return
         text = (
             f"{MANAGED_MARK} (rewritten at every start; delete this line to keep your edits).\n"
@@ -316,7 +360,7 @@ class NekoSidecarPlugin(NekoPluginBase):
         )
         if not manifest.exists() or manifest.read_text(encoding="utf-8") != text:
             manifest.write_text(text, encoding="utf-8")
-        self.logger.info(f"neko-sidecar: importing the MCP adapter's servers from {source}")
+        self.logger.info(self._say("log.importing", "neko-sidecar: importing the MCP adapter's servers from {path}", path=source))
 
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -350,7 +394,7 @@ class NekoSidecarPlugin(NekoPluginBase):
             raise
 
     async def _start(self):
-        exe = bundled_executable(Path(self.plugin_dir))
+        exe = bundled_executable(Path(self.plugin_dir), self._say)
         if sys.platform != "win32":
             # N.E.K.O's installer writes files with a plain open("wb"): the
             # executable arrives without its exec bit.
@@ -358,7 +402,9 @@ class NekoSidecarPlugin(NekoPluginBase):
                 try:
                     exe.chmod(exe.stat().st_mode | 0o755)
                 except OSError as e:
-                    raise RuntimeError(f"neko-sidecar: cannot make {exe} executable: {e}") from e
+                    raise RuntimeError(
+                        self._say("startError.notExecutable", "neko-sidecar: cannot make {path} executable: {error}", path=exe, error=e)
+                    ) from e
         agent_toml = self._prepare()
         self._admin_token = panel.new_token()
         argv = [str(exe), "run", "--config", str(agent_toml), "--stop-on-stdin-eof"]
@@ -373,7 +419,7 @@ class NekoSidecarPlugin(NekoPluginBase):
             **extra,
         )
         threading.Thread(target=self._relay_stderr, args=(self._proc,), name="neko-sidecar-log", daemon=True).start()
-        self.logger.info(f"neko-sidecar: started {exe} (pid {self._proc.pid})")
+        self.logger.info(self._say("log.started", "neko-sidecar: started {exe} (pid {pid})", exe=exe, pid=self._proc.pid))
         try:
             code = self._proc.wait(timeout=0.5)
         except subprocess.TimeoutExpired:
@@ -384,7 +430,9 @@ class NekoSidecarPlugin(NekoPluginBase):
         tail = "\n".join(self._stderr_tail)
         self._proc = None
         self._last_exit = code
-        raise RuntimeError(f"neko-sidecar exited at once with status {code}:\n{tail}")
+        raise RuntimeError(
+            self._say("startError.exitedAtOnce", "neko-sidecar exited at once with status {status}:\n{tail}", status=code, tail=tail)
+        )
 
     @lifecycle(id="shutdown")
     def shutdown(self):
@@ -398,11 +446,11 @@ class NekoSidecarPlugin(NekoPluginBase):
         try:
             proc.wait(timeout=STOP_WAIT_SECONDS)
             self._last_exit = proc.returncode
-            self.logger.info(f"neko-sidecar: stopped (status {proc.returncode})")
+            self.logger.info(self._say("log.stopped", "neko-sidecar: stopped (status {status})", status=proc.returncode))
             return
         except subprocess.TimeoutExpired:
             pass
-        self.logger.warning("neko-sidecar: still running after its stop budget; killing it")
+        self.logger.warning(self._say("log.killing", "neko-sidecar: still running after its stop budget; killing it"))
         if sys.platform == "win32":
             subprocess.run(
                 ["taskkill", "/PID", str(proc.pid), "/T", "/F"],
@@ -429,6 +477,22 @@ class NekoSidecarPlugin(NekoPluginBase):
 
     # ------------------------------------------------------------------
     # The Hosted UI panel (ui/panel.tsx) and guide (docs/guide.tsx)
+
+    def _say(self, key: str, default: str, **params: object) -> str:
+        """A log or error message of the plugin in the user's language
+        (user_locale), from the plugin's catalogue through the SDK's
+        `self.i18n.t` (plugin/sdk/shared/i18n.py @685f1382, upstream's
+        fallback: the locale, its base, zh-CN for any Chinese, the default
+        locale, en); English where the host has no catalogue. What the
+        sidecar itself writes (relayed as `[neko-sidecar] ...`) and what the
+        model reads stay English."""
+        t = getattr(getattr(self, "i18n", None), "t", None)
+        if callable(t):
+            try:
+                return t(key, locale=user_locale(), default=default, **params)
+            except Exception:
+                pass
+        return english(key, default, **params)
 
     def _agent_toml(self) -> Path:
         return self._config_dir() / "agent.toml"

@@ -191,7 +191,8 @@ def try_tool(admin: Admin | None, why_no_admin: str | None, tool: str, arguments
     what the model reads, and its pictures."""
     if admin is None:
         return {"ok": False, "error": error(why_no_admin or "errors.adminOff")}
-    request: dict = {"tool": tool}
+    # The call history marks the calls tried from the panel as such.
+    request: dict = {"tool": tool, "by": "panel"}
     if isinstance(arguments, str):
         request["raw_arguments"] = arguments if arguments.strip() else "{}"
     elif isinstance(arguments, dict):

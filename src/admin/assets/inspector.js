@@ -46,7 +46,27 @@
     return text.replace(/\{(\w+)\}/g, (m, name) => (params && name in params ? String(params[name]) : m));
   }
 
+  // A word or a heading (data-i18n) gets the catalogue's text. A sentence
+  // the server rendered (data-i18n-s, from src/admin/i18n.rs's `sentence`)
+  // is built again from the catalogue's text, each {placeholder} taking the
+  // element that holds its value (data-arg) as it is: what a tool, the
+  // sidecar or main_server wrote stays as they wrote it, and stays text.
   function translate(root) {
+    for (const e of root.querySelectorAll("[data-i18n-s]")) {
+      const template = messages[e.getAttribute("data-i18n-s")];
+      if (typeof template !== "string") continue;
+      const args = new Map();
+      for (const a of e.querySelectorAll(":scope > [data-arg]")) args.set(a.getAttribute("data-arg"), a);
+      const parts = template.split(/\{(\w+)\}/);
+      const nodes = parts.map((p, i) => {
+        if (i % 2 === 0) return document.createTextNode(p);
+        const a = args.get(p);
+        if (!a) return document.createTextNode("{" + p + "}");
+        args.delete(p);
+        return a;
+      });
+      e.replaceChildren(...nodes);
+    }
     for (const e of root.querySelectorAll("[data-i18n]")) {
       const text = messages[e.getAttribute("data-i18n")];
       if (typeof text === "string") e.textContent = text;
@@ -75,10 +95,10 @@
       const html = await res.text();
       $("status").innerHTML = html;
       translate($("status"));
-      $("live").textContent = "live";
+      $("live").textContent = tr("inspector.live", "live");
       $("live").classList.remove("lost");
     } catch (e) {
-      $("live").textContent = "the sidecar does not answer (" + e.message + ")";
+      $("live").textContent = tr("inspector.lost", "the sidecar does not answer ({error})", { error: e.message });
       $("live").classList.add("lost");
     }
   }
@@ -176,7 +196,7 @@
       const star = document.createElement("span");
       star.className = "req";
       star.textContent = " *";
-      star.title = "required";
+      star.title = tr("inspector.required", "required");
       title.append(star);
     }
     const type = document.createElement("span");
@@ -212,7 +232,7 @@
       const choices = kind === "enum" ? schema.enum : [true, false];
       const unset = document.createElement("option");
       unset.value = "";
-      unset.textContent = required ? "(choose)" : "(not set)";
+      unset.textContent = required ? tr("inspector.choose", "(choose)") : tr("inspector.notSet", "(not set)");
       select.append(unset);
       for (const c of choices) {
         const o = document.createElement("option");
@@ -237,7 +257,7 @@
         try {
           return { present: true, value: JSON.parse(area.value) };
         } catch (e) {
-          throw new Error(path + " is not JSON: " + e.message);
+          throw new Error(tr("inspector.notJson", "{field} is not JSON: {error}", { field: path, error: e.message }));
         }
       };
     }
@@ -252,7 +272,7 @@
       if (input.value === "") return { present: false };
       if (kind === "string") return { present: true, value: input.value };
       const n = Number(input.value);
-      if (!Number.isFinite(n)) throw new Error(path + " is not a number");
+      if (!Number.isFinite(n)) throw new Error(tr("inspector.notNumber", "{field} is not a number", { field: path }));
       return { present: true, value: n };
     };
   }
@@ -275,10 +295,10 @@
         }
         return obj;
       };
-      if (parts.length === 0) hint(fields, "This tool takes no arguments.");
+      if (parts.length === 0) hint(fields, tr("try.noArguments", "This tool takes no arguments."));
     } else {
       // A root the form cannot render: raw JSON only.
-      hint(fields, "This schema cannot be shown as a form; use Raw JSON.");
+      hint(fields, tr("inspector.noForm", "This schema cannot be shown as a form; use Raw JSON."));
       collect = null;
       setMode("json");
     }
@@ -349,19 +369,22 @@
           tr("try.notCalled", "Not called: the arguments do not match the schema. A model's call would get this answer:"),
           answer.message,
           true,
-          "Fix the arguments, or tick the box to call anyway.",
+          tr("inspector.fixArguments", "Fix the arguments, or tick the box to call anyway."),
           JSON.stringify(answer.output, null, 2)
         );
       } else {
         const a = answer.answer;
         const meta = [
-          "took " + a.took_ms + " ms",
+          tr("inspector.took", "took {ms} ms", { ms: a.took_ms }),
           "call_id " + a.call_id,
-          a.is_error ? "is_error: main_server counts the call as failed" : "is_error: false",
+          a.is_error ? tr("inspector.isErrorTrue", "is_error: main_server counts the call as failed") : "is_error: false",
         ];
-        if (a.images > 0) meta.push(a.images + " image(s) accepted");
-        for (const w of a.warnings || []) meta.push("warning: " + w);
-        const raw = answer.raw ? "HTTP " + answer.raw.status + "\n" + pretty(answer.raw.body) : "(no answer came)";
+        if (a.images > 0) meta.push(tr("inspector.images", "{count} image(s) accepted", { count: a.images }));
+        // A warning is the sidecar's own sentence: it stays as it came.
+        for (const w of a.warnings || []) meta.push(tr("inspector.warning", "warning: {warning}", { warning: w }));
+        const raw = answer.raw
+          ? "HTTP " + answer.raw.status + "\n" + pretty(answer.raw.body)
+          : tr("inspector.noAnswer", "(no answer came)");
         showResult(
           a.is_error ? tr("try.readsFailure", "What the model reads (the call failed)") : tr("try.reads", "What the model reads"),
           a.model_text,
@@ -371,7 +394,7 @@
         );
       }
     } catch (e) {
-      showError("the call did not reach the sidecar: " + e.message);
+      showError(tr("inspector.callFailed", "the call did not reach the sidecar: {error}", { error: e.message }));
     } finally {
       $("call").disabled = false;
     }
@@ -394,6 +417,15 @@
     return cut.cut ? cut.text + " … " + tr("calls.cut", "(cut: {bytes} bytes in all)", { bytes: cut.bytes }) : cut.text;
   }
 
+  function by(who) {
+    switch (who) {
+      case "inspector": return tr("calls.byInspector", "tried from the inspector");
+      case "panel": return tr("calls.byPanel", "tried from the N.E.K.O panel");
+      case "cli": return tr("calls.byCli", "tried with neko-sidecar call");
+      default: return tr("calls.byModel", "the model");
+    }
+  }
+
   function renderCall(c) {
     const d = document.createElement("details");
     d.className = "call";
@@ -403,6 +435,9 @@
       text("span", c.at + " "),
       text("code", c.tool),
       text("span", " " + (c.role || tr("tools.allRoles", "all roles")) + " · "),
+      // Who made it: the model, or someone trying the tool (this page, the
+      // N.E.K.O panel, `neko-sidecar call`).
+      text("span", by(c.by) + " · ", c.by && c.by !== "model" ? "by tried" : "by"),
       text("span", c.outcome, c.is_error ? "bad" : "ok"),
       text("span", " · " + tr("common.ms", "{ms} ms", { ms: c.duration_ms }))
     );

@@ -225,7 +225,10 @@ async fn status_calls_prints_what_the_model_sent_and_read() {
     let photo = text.find("#2 ").expect("the newest call first");
     let greet = text.find("#1 ").unwrap();
     assert!(photo < greet, "{text}");
-    assert!(text.contains(" photo role (all): OK in "), "{text}");
+    assert!(
+        text.contains(" photo role (all) by model: OK in "),
+        "{text}"
+    );
     assert!(text.contains("  arguments: {\"zoom\":2}\n"), "{text}");
     assert!(text.contains("  the model read: a photo\n"), "{text}");
     assert!(
@@ -236,7 +239,7 @@ async fn status_calls_prints_what_the_model_sent_and_read() {
         "{text}"
     );
     assert!(
-        text.contains(" greet role (all): INVALID_ARGUMENTS in "),
+        text.contains(" greet role (all) by model: INVALID_ARGUMENTS in "),
         "{text}"
     );
 
@@ -248,5 +251,77 @@ async fn status_calls_prints_what_the_model_sent_and_read() {
     let v: Json = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["calls"][0]["pictures"][0]["data_b64"], png);
     assert_eq!(v["calls"][1]["outcome"], "INVALID_ARGUMENTS");
+    run.stop().await;
+}
+
+/// POSTs a call request to `/ui/call` as the page does: status and JSON.
+async fn try_from_page(run: &Running, token: &str, body: Json) -> (u16, Json) {
+    let r = run
+        .http
+        .post(format!("{}/ui/call", run.url()))
+        .header("origin", run.url())
+        .header("x-neko-token", token)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    let code = r.status().as_u16();
+    (code, r.json().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_call_says_whether_the_model_made_it_or_someone_tried_the_tool() {
+    let (h, _ws, run, token) = started(8).await;
+    let own = run.url();
+    let gate = [("origin", own.as_str()), ("x-neko-token", token.as_str())];
+    let a = h
+        .invoke(call("greet", json!({"name": "model"})))
+        .await
+        .unwrap();
+    assert_eq!(a.model_text, "hello");
+    let (code, v) = try_from_page(
+        &run,
+        &token,
+        json!({"tool": "greet", "arguments": {"name": "page"}}),
+    )
+    .await;
+    assert_eq!((code, &v["called"]), (200, &json!(true)), "{v}");
+    let (code, v) = try_from_page(
+        &run,
+        &token,
+        json!({"tool": "greet", "arguments": {"name": "panel"}, "by": "panel"}),
+    )
+    .await;
+    assert_eq!((code, &v["called"]), (200, &json!(true)), "{v}");
+    // No other name: the label is the sidecar's, not the caller's word.
+    let (code, v) = try_from_page(
+        &run,
+        &token,
+        json!({"tool": "greet", "arguments": {"name": "x"}, "by": "model"}),
+    )
+    .await;
+    assert_eq!(code, 400, "{v}");
+    let (_, v) = post_calls(&run, &gate, "").await;
+    let seen: Vec<(String, String)> = v["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["by"].as_str().unwrap().to_owned(),
+                c["arguments"]["text"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("panel".to_owned(), r#"{"name":"panel"}"#.to_owned()),
+            ("inspector".to_owned(), r#"{"name":"page"}"#.to_owned()),
+            ("model".to_owned(), r#"{"name":"model"}"#.to_owned()),
+        ],
+        "{v:#}"
+    );
     run.stop().await;
 }

@@ -338,7 +338,14 @@ async fn a_bad_edit_and_a_conflict_show_on_the_page_with_their_reasons() {
     let h = dev_server().await;
     let (ws, run) = in_conflict_over_greet(&h).await;
     let (_, part) = run.get("/ui/status").await;
-    assert!(part.contains("held by <code>plugin:other</code>"), "{part}");
+    // The sentence is the catalogue's, its argument the owner as /status
+    // has it (the page's script says the sentence in the browser's language).
+    assert!(
+        part.contains(
+            r#"<span data-i18n-s="inspector.heldBy">held by <span data-arg="owner"><code>plugin:other</code></span></span>"#
+        ),
+        "{part}"
+    );
     assert!(
         part.contains(r#"<span class="state bad" data-i18n="state.conflict">conflict</span>"#),
         "{part}"

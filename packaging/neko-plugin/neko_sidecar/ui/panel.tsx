@@ -105,6 +105,7 @@ type CallRecord = {
   seq: number
   at: string
   tool: string
+  by?: string
   role?: string | null
   duration_ms: number
   outcome: string
@@ -176,6 +177,13 @@ const SIGN_IN_TONES: Record<string, Tone> = {
   needs_sign_in: "warning",
   signed_in: "success",
   refused: "danger",
+}
+// Who made a call, as the call history says (`by`).
+const BY_KEYS: Record<string, string> = {
+  model: "calls.byModel",
+  inspector: "calls.byInspector",
+  panel: "calls.byPanel",
+  cli: "calls.byCli",
 }
 const PHASE_TONES: Record<string, Tone> = {
   starting: "info",
@@ -501,6 +509,7 @@ export default function SidecarPanel(props: PluginSurfaceProps<State>) {
             columns={[
               { key: "at", label: t("calls.at") },
               { key: "tool", label: t("calls.tool") },
+              { key: "by", label: t("calls.by"), render: (row) => t(BY_KEYS[row.by || "model"] || "calls.byModel") },
               { key: "role", label: t("calls.role"), render: (row) => row.role || t("tools.allRoles") },
               { key: "duration_ms", label: t("calls.duration"), render: (row) => t("common.ms", { ms: row.duration_ms }) },
               {
