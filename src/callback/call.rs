@@ -85,6 +85,10 @@ async fn check_images(
     // images (only an answer with images pays for this copy).
     let images = reply.images.take();
     let mut fallback = reply.clone();
+    // Each image not sent counts as refused, as when the check refuses it.
+    let count = images
+        .as_ref()
+        .map_or(0, |v| v.as_array().map_or(1, Vec::len));
     reply.images = images;
     let work = async move {
         let permit = IMAGE_CHECK_SLOTS.acquire().await;
@@ -111,7 +115,7 @@ async fn check_images(
                 seconds(call_budget(route.spec.timeout()))
             );
             tracing::warn!(tool = %tool, call_id, "{why}");
-            route.stats.count_images(0, 1);
+            route.stats.count_images(0, count);
             images::refuse_all(&mut fallback, why);
             return fallback;
         }
@@ -208,5 +212,65 @@ async fn run(
             };
             fail(e.outcome(), e.to_string())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::callback::http_handler::HttpClients;
+    use crate::callback::routes::RouteTable;
+    use crate::contract::answer::model_text;
+    use crate::desired::DesiredState;
+    use crate::manifest::{LoadContext, parse_manifest};
+    use serde_json::json;
+    use std::path::Path;
+
+    /// The route of one http tool with `timeout_seconds = 2`.
+    fn route() -> Arc<Route> {
+        let text = "[[tool]]\nname = \"pics\"\ndescription = \"d\"\ntimeout_seconds = 2\nhandler = { type = \"http\", url = \"http://127.0.0.1:9/w\" }\n";
+        let f = parse_manifest(Path::new("/t/a.toml"), text, &LoadContext::default());
+        assert!(!f.has_errors(), "{:?}", f.diagnostics);
+        let desired = DesiredState::assemble("plugin:t", &[f]).0;
+        RouteTable::default()
+            .rebuild(&desired, &HttpClients::default())
+            .get("pics")
+            .unwrap()
+    }
+
+    // An image check that cannot end by the call's deadline (here: every
+    // check slot is taken by other answers' pictures, on the paused clock,
+    // so the deadline comes while it waits) sends the answer without its
+    // images, the model reading why (the budget is the tool's 2 s less
+    // the margin left for main_server), and counts each as refused.
+    #[tokio::test(start_paused = true)]
+    async fn images_not_checked_by_the_deadline_are_dropped_and_the_model_reads_why() {
+        let route = route();
+        let mut reply = Envelope::ok(json!({"text": "two pictures"}));
+        let png = crate::contract::images::sample_png_b64(4, 4);
+        reply.images = Some(json!([
+            {"mime": "image/png", "data_b64": png},
+            {"mime": "image/png", "data_b64": png},
+        ]));
+        let busy = IMAGE_CHECK_SLOTS
+            .acquire_many(IMAGE_CHECKS as u32)
+            .await
+            .unwrap();
+        let deadline = Instant::now() + call_budget(route.spec.timeout());
+        let sent = check_images(reply, &route, "c1", deadline).await;
+        drop(busy);
+        assert!(Instant::now() >= deadline, "answered before the deadline");
+        assert_eq!(sent.images, None, "no images sent unchecked");
+        assert!(!sent.is_error, "the answer itself still goes");
+        let read = model_text(&sent.output);
+        assert_eq!(
+            read,
+            "{\"text\": \"two pictures\", \"_image_warnings\": [\"the tool's images were not attached: checking them did not end within the call's 1.8 s\"]}"
+        );
+        assert_eq!(
+            route.stats.snapshot().images_refused,
+            2,
+            "each image not sent is counted"
+        );
     }
 }

@@ -217,15 +217,25 @@ impl DevMcp {
 }
 
 /// Sends [`super::FLOOD_PINGS`] pings to `peer` at once, each waiting at
-/// most a few seconds for its answer (`Fault::PingFlood`).
-fn flood_with_pings(peer: Peer<RoleServer>) {
+/// most a few seconds for its answer (`Fault::PingFlood`). They are sent
+/// from the handler of the request that asked (`tools/list`), before its
+/// answer: rmcp marks them as that request's, so over Streamable HTTP they
+/// ride its response stream, which the client reads for sure (a standalone
+/// GET stream it may never open); on stdio and HTTP+SSE the mark changes
+/// nothing.
+async fn flood_with_pings(peer: &Peer<RoleServer>) {
     for _ in 0..super::FLOOD_PINGS {
-        let peer = peer.clone();
+        let mut options = rmcp::service::PeerRequestOptions::no_options();
+        options.timeout = Some(Duration::from_secs(5));
+        let ping = peer
+            .send_request_with_option(
+                rmcp::model::ServerRequest::PingRequest(rmcp::model::PingRequest::default()),
+                options,
+            )
+            .await;
+        let Ok(ping) = ping else { break };
         tokio::spawn(async move {
-            let ping = peer.send_request(rmcp::model::ServerRequest::PingRequest(
-                rmcp::model::PingRequest::default(),
-            ));
-            let _ = tokio::time::timeout(Duration::from_secs(5), ping).await;
+            let _ = ping.await_response().await;
         });
     }
 }
@@ -289,8 +299,11 @@ impl ServerHandler for DevMcp {
     ) -> Result<ListToolsResult, ErrorData> {
         self.refuse_modern_when_legacy(&context)?;
         self.count(|s| s.list_calls += 1);
-        if self.shared.opts.fault == Some(super::Fault::PingFlood) {
-            flood_with_pings(context.peer.clone());
+        if matches!(
+            self.shared.opts.fault,
+            Some(super::Fault::PingFlood | super::Fault::PingFloodStream)
+        ) {
+            flood_with_pings(&context.peer).await;
         }
         let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
         match self.shared.opts.fault {

@@ -22,6 +22,7 @@ mod calls;
 mod handler;
 mod run;
 mod sse;
+mod stall;
 #[cfg(test)]
 mod tests;
 mod tools;
@@ -84,10 +85,14 @@ pub struct DevMcpOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Fault {
     /// After each `tools/list`, send [`FLOOD_PINGS`] `ping` requests at
-    /// once; on the HTTP+SSE transport, also never answer a POST that
-    /// carries a reply (held until shutdown), as a server that sends its
-    /// own requests and stalls the replies.
+    /// once; over HTTP (HTTP+SSE and Streamable HTTP), also never answer a
+    /// POST that carries a reply (held until shutdown), as a server that
+    /// sends its own requests and stalls the replies.
     PingFlood,
+    /// [`Fault::PingFlood`], but over Streamable HTTP a POST that carries a
+    /// reply is answered by an event stream that never ends (nothing sent
+    /// after its headers until shutdown); over HTTP+SSE as `PingFlood`.
+    PingFloodStream,
     /// Answer every `tools/list` page with one tool and a `nextCursor`,
     /// for ever.
     EndlessPages,
@@ -227,10 +232,20 @@ impl DevMcp {
             // Bound to every interface: clients come by any of its names.
             None => config.disable_allowed_hosts(),
         };
+        let fault = self.options().fault;
         let server = self;
         let service: StreamableHttpService<DevMcp, LocalSessionManager> =
             StreamableHttpService::new(move || Ok(server.clone()), Default::default(), config);
         let router = axum::Router::new().route_service(HTTP_PATH, service);
+        let router = match fault {
+            Some(f @ (Fault::PingFlood | Fault::PingFloodStream)) => {
+                let stop = shutdown.clone();
+                router.layer(axum::middleware::from_fn(move |request, next| {
+                    stall::stall_replies(f, stop.clone(), request, next)
+                }))
+            }
+            _ => router,
+        };
         let serve = axum::serve(listener, router)
             .with_graceful_shutdown(shutdown.clone().cancelled_owned());
         tokio::select! {

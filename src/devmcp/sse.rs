@@ -201,7 +201,12 @@ async fn take_message(
         message,
         rmcp::model::JsonRpcMessage::Response(_) | rmcp::model::JsonRpcMessage::Error(_)
     );
-    if is_reply && served.server.options().fault == Some(super::Fault::PingFlood) {
+    if is_reply
+        && matches!(
+            served.server.options().fault,
+            Some(super::Fault::PingFlood | super::Fault::PingFloodStream)
+        )
+    {
         // A server that stalls the client's replies: the POST is held
         // until the server shuts down or the client goes away.
         served.shutdown.cancelled().await;
