@@ -1175,17 +1175,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_spawns_go_through_the_spawning_threads() {
         let keep = Tree::spawn(&sh("sleep 300")).await.unwrap();
-        let calls = (0..16).map(|i| async move {
-            let mut t = Tree::spawn(&sh(&format!("echo {i}"))).await.unwrap();
-            let mut out = String::new();
-            t.take_stdout()
-                .unwrap()
-                .read_to_string(&mut out)
-                .await
-                .unwrap();
-            assert!(t.wait().await.unwrap().success());
-            out
-        });
+        let calls = (0..16).map(|i| async move { output_of(&sh(&format!("echo {i}"))).await });
         let outs = futures_util::future::join_all(calls).await;
         for (i, o) in outs.iter().enumerate() {
             assert_eq!(o.trim(), i.to_string());

@@ -859,37 +859,14 @@ impl ServerAuth {
         &self,
         entry: &Entry,
         client: &Client,
-        mut form: Vec<(&'static str, String)>,
+        form: Vec<(&'static str, String)>,
         keep_refresh: Option<&str>,
     ) -> Result<Tokens, RefreshError> {
         let url = Url::parse(&entry.metadata.token_endpoint)
             .map_err(|e| RefreshError::Refused(format!("its token endpoint is not a URL ({e})")))?;
         let http = self.client_for(&url).map_err(RefreshError::Transient)?;
-        let mut req = http.post(url);
-        match &client.client_secret {
-            Some(secret) if uses_post(&entry.metadata) => {
-                form.push(("client_id", client.client_id.clone()));
-                form.push(("client_secret", secret.clone()));
-            }
-            Some(secret) => {
-                // The id in the form too: it is no second authentication
-                // (no secret), and some servers (the Python SDK's) find
-                // the client by it.
-                form.push(("client_id", client.client_id.clone()));
-                req = req.basic_auth(form_encode(&client.client_id), Some(form_encode(secret)));
-            }
-            None => form.push(("client_id", client.client_id.clone())),
-        }
-        let body = url::form_urlencoded::Serializer::new(String::new())
-            .extend_pairs(form.iter().map(|(k, v)| (*k, v.as_str())))
-            .finish();
-        let resp = req
-            .header(
-                http::header::CONTENT_TYPE,
-                "application/x-www-form-urlencoded",
-            )
+        let resp = form_post(&http, url, client, form, uses_post(&entry.metadata))
             .header(http::header::ACCEPT, "application/json")
-            .body(body)
             .send()
             .await
             .map_err(|e| RefreshError::Transient(super::remote_http::chain(&e.without_url())))?;
@@ -951,6 +928,36 @@ enum RefreshError {
     Transient(String),
 }
 
+/// A form POST to an authorization server with the client's
+/// authentication: `client_id` always in the form (some servers, the
+/// Python SDK's, find the client by it), a secret in the form when
+/// `secret_in_form` (`client_secret_post`), else as HTTP Basic.
+fn form_post(
+    http: &reqwest::Client,
+    url: Url,
+    client: &Client,
+    mut form: Vec<(&'static str, String)>,
+    secret_in_form: bool,
+) -> reqwest::RequestBuilder {
+    let mut req = http.post(url);
+    form.push(("client_id", client.client_id.clone()));
+    if let Some(secret) = &client.client_secret {
+        if secret_in_form {
+            form.push(("client_secret", secret.clone()));
+        } else {
+            req = req.basic_auth(form_encode(&client.client_id), Some(form_encode(secret)));
+        }
+    }
+    let body = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(form.iter().map(|(k, v)| (*k, v.as_str())))
+        .finish();
+    req.header(
+        http::header::CONTENT_TYPE,
+        "application/x-www-form-urlencoded",
+    )
+    .body(body)
+}
+
 /// An RFC 7009 revocation of `token`.
 async fn revoke(
     endpoint: &str,
@@ -961,27 +968,13 @@ async fn revoke(
 ) -> Result<(), String> {
     let url = Url::parse(endpoint).map_err(|e| format!("not a URL ({e})"))?;
     let http = crate::tls::server_client(&url, options)?.http;
-    let mut form = vec![
+    let form = vec![
         ("token", token.to_string()),
         ("token_type_hint", hint.to_string()),
     ];
-    let mut req = http.post(url);
-    match &client.client_secret {
-        Some(s) => {
-            form.push(("client_id", client.client_id.clone()));
-            req = req.basic_auth(form_encode(&client.client_id), Some(form_encode(s)));
-        }
-        None => form.push(("client_id", client.client_id.clone())),
-    }
-    let body = url::form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(form.iter().map(|(k, v)| (*k, v.as_str())))
-        .finish();
-    let resp = req
-        .header(
-            http::header::CONTENT_TYPE,
-            "application/x-www-form-urlencoded",
-        )
-        .body(body)
+    // RFC 7009: the client authenticates as at the token endpoint; a
+    // secret goes in the header (the form's `client_id` names it).
+    let resp = form_post(&http, url, client, form, false)
         .send()
         .await
         .map_err(|e| super::remote_http::chain(&e.without_url()))?;
