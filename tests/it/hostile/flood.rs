@@ -47,6 +47,7 @@ async fn a_server_flooding_with_requests_whose_replies_it_stalls_is_restarted_wi
     );
     assert_ne!(status.phase, Phase::Ready, "{why}");
     // The well-behaved server meanwhile.
+    rig.wait_tool("dev_echo").await;
     let a = rig.call("dev_echo", json!({"text": "still here"})).await;
     assert_eq!(a.model_text, "still here");
     assert_eq!(rig.status("dev").phase, Phase::Ready);
@@ -95,6 +96,7 @@ async fn streamable_http_flood_ends_the_session(fault: Fault) {
     assert_ne!(status.phase, Phase::Ready, "{fault:?}: {why}");
     // The well-behaved server meanwhile: its tool registered (main_server
     // invokes it) and answering.
+    rig.wait_tool("dev_echo").await;
     let a = rig.call("dev_echo", json!({"text": "still here"})).await;
     assert_eq!(a.model_text, "still here");
     assert_eq!(rig.status("dev").phase, Phase::Ready);

@@ -147,6 +147,18 @@ impl Rig {
         self.status(name)
     }
 
+    /// Waits until the stand-in holds the tool `name` for every role (a
+    /// server's tools register a moment after its session is ready).
+    pub async fn wait_tool(&self, name: &str) {
+        wait_stand_in(&self.h, &format!("`{name}` to be registered"), |h| {
+            let snap = h.registry_snapshot();
+            snap.role_names()
+                .iter()
+                .all(|role| snap.tool(role, name).is_some())
+        })
+        .await;
+    }
+
     /// Calls a tool through the stand-in main_server, as the model would.
     pub async fn call(&self, name: &str, arguments: Value) -> InvokeAnswer {
         invoke(&self.h, call(name, arguments)).await
