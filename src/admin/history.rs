@@ -15,9 +15,11 @@
 //! secrets the log keeps out (`logging::scrub`: MCP servers' header and
 //! query values) before it is stored, so no route can show one.
 //!
-//! The recording is the callback path's only cost here: one lock held for
-//! a push, after the answer is made; the text the model reads is written
-//! once per call, cut to its bound.
+//! The recording is the callback path's only cost here: one reading of the
+//! body (the arguments and who called), the text the model read cut to its
+//! bound, and one lock held for a push, after the answer is made. What is
+//! as cheap to make when the history is read (the time as text, the
+//! caller's name) is made then, not per call.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -153,10 +155,45 @@ pub struct CallHistory {
 
 #[derive(Debug, Default)]
 struct Ring {
-    calls: VecDeque<CallRecord>,
+    calls: VecDeque<Kept>,
     recorded: u64,
     /// Base64 bytes of the pictures still held.
     picture_bytes: usize,
+}
+
+/// One call as the ring holds it: its [`CallRecord`] but for what is made
+/// when the history is read.
+#[derive(Debug)]
+struct Kept {
+    seq: u64,
+    arrived: SystemTime,
+    tool: String,
+    by: &'static str,
+    role: Option<String>,
+    duration_ms: u64,
+    outcome: String,
+    is_error: bool,
+    arguments: Cut,
+    answer: Cut,
+    pictures: Vec<PictureSeen>,
+}
+
+impl Kept {
+    fn record(&self) -> CallRecord {
+        CallRecord {
+            seq: self.seq,
+            at: super::time::rfc3339(self.arrived),
+            tool: self.tool.clone(),
+            by: self.by.to_owned(),
+            role: self.role.clone(),
+            duration_ms: self.duration_ms,
+            outcome: self.outcome.clone(),
+            is_error: self.is_error,
+            arguments: self.arguments.clone(),
+            answer: self.answer.clone(),
+            pictures: self.pictures.clone(),
+        }
+    }
 }
 
 /// What the callback path knows of a call when it has answered.
@@ -195,16 +232,17 @@ impl CallHistory {
             (true, None) => "TOOL_ERROR".to_owned(),
         };
         let pictures = pictures_of(reply.images.as_ref());
-        let mut record = CallRecord {
+        let (by, arguments) = read_body(call.body);
+        let mut record = Kept {
             seq: 0,
-            at: super::time::rfc3339(call.arrived),
+            arrived: call.arrived,
             tool: call.tool.to_owned(),
-            by: by_of(call.body).to_owned(),
+            by,
             role: call.role.map(str::to_owned),
             duration_ms: u64::try_from(call.duration.as_millis()).unwrap_or(u64::MAX),
             outcome,
             is_error: reply.is_error,
-            arguments: Cut::of(&arguments_of(call.body), ARGUMENTS_BYTES),
+            arguments: Cut::of(&arguments, ARGUMENTS_BYTES),
             answer: Cut::of(&model_text(&reply.output), ANSWER_BYTES),
             pictures,
         };
@@ -245,7 +283,7 @@ impl CallHistory {
                 .iter()
                 .rev()
                 .take_while(|c| c.seq > since)
-                .cloned()
+                .map(Kept::record)
                 .collect(),
         }
     }
@@ -253,14 +291,12 @@ impl CallHistory {
 
 impl Ring {
     fn heap_bytes(&self) -> usize {
-        let slots = self.calls.capacity() * std::mem::size_of::<CallRecord>();
+        let slots = self.calls.capacity() * std::mem::size_of::<Kept>();
         let entries: usize = self
             .calls
             .iter()
             .map(|c| {
-                c.at.capacity()
-                    + c.tool.capacity()
-                    + c.by.capacity()
+                c.tool.capacity()
                     + c.role.as_ref().map_or(0, String::capacity)
                     + c.outcome.capacity()
                     + c.arguments.text.capacity()
@@ -279,7 +315,7 @@ impl Ring {
 }
 
 /// The picture bytes `record` holds.
-fn held(record: &CallRecord) -> usize {
+fn held(record: &Kept) -> usize {
     record
         .pictures
         .iter()
@@ -288,32 +324,35 @@ fn held(record: &CallRecord) -> usize {
         .sum()
 }
 
-/// The arguments of a callback body as main_server wrote them; the whole
-/// body when it is not a call (the model's call then failed on it).
-/// Who made the call whose callback body is `body` ([`BY_KEY`]).
-fn by_of(body: &[u8]) -> &'static str {
+/// Who made the call whose callback body is `body` ([`BY_KEY`]: `model`
+/// unless it names one of [`CALLERS`]), and its arguments as main_server
+/// wrote them (the whole body when it is not a call: the model's call then
+/// failed on it). One reading of the body for both.
+fn read_body(body: &[u8]) -> (&'static str, String) {
+    use serde_json::value::RawValue;
     #[derive(serde::Deserialize)]
-    struct By<'a> {
+    struct Call<'a> {
         #[serde(borrow, rename = "neko_sidecar_by")]
-        by: Option<&'a str>,
-    }
-    match serde_json::from_slice::<By<'_>>(body) {
-        Ok(By { by: Some(by) }) => CALLERS.into_iter().find(|c| *c == by).unwrap_or("model"),
-        _ => "model",
-    }
-}
-
-fn arguments_of(body: &[u8]) -> String {
-    #[derive(serde::Deserialize)]
-    struct Args<'a> {
+        by: Option<&'a RawValue>,
         #[serde(borrow)]
-        arguments: Option<&'a serde_json::value::RawValue>,
+        arguments: Option<&'a RawValue>,
     }
-    match serde_json::from_slice::<Args<'_>>(body) {
-        Ok(Args {
+    let caller = |by: Option<&RawValue>| {
+        by.and_then(|raw| serde_json::from_str::<&str>(raw.get()).ok())
+            .and_then(|by| CALLERS.into_iter().find(|c| *c == by))
+            .unwrap_or("model")
+    };
+    let whole = || String::from_utf8_lossy(body).into_owned();
+    match serde_json::from_slice::<Call<'_>>(body) {
+        Ok(Call {
+            by,
             arguments: Some(raw),
-        }) => raw.get().to_owned(),
-        _ => String::from_utf8_lossy(body).into_owned(),
+        }) => (caller(by), raw.get().to_owned()),
+        Ok(Call {
+            by,
+            arguments: None,
+        }) => (caller(by), whole()),
+        Err(_) => ("model", whole()),
     }
 }
 
@@ -434,13 +473,13 @@ mod tests {
         }
         let v = h.view(0);
         assert_eq!((v.calls.len(), v.recorded), (DEFAULT_CALLS, 1000));
-        // About 400 bytes an entry: its slot, the time, the texts.
+        // A few hundred bytes an entry: its slot and its texts.
         let per_entry = v.heap_bytes / DEFAULT_CALLS;
         eprintln!(
             "the call history at {DEFAULT_CALLS} calls of benchmark 3: {} bytes ({per_entry} an entry)",
             v.heap_bytes
         );
-        assert!(v.heap_bytes >= DEFAULT_CALLS * std::mem::size_of::<CallRecord>());
+        assert!(v.heap_bytes >= DEFAULT_CALLS * std::mem::size_of::<Kept>());
         assert!(v.heap_bytes < 128 * 1024, "{} bytes", v.heap_bytes);
     }
 

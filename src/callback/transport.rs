@@ -129,18 +129,25 @@ pub(crate) struct Conn {
     foreign: bool,
     /// The socket, put here by `Watched::drop` to linger.
     linger_io: Mutex<Option<TcpStream>>,
-    /// Woken when a request head begins, the one change that can bring the
-    /// connection's deadline forward; any other change is seen when the
-    /// watch next wakes (see `deadline`).
-    head_began: Notify,
+    /// When the watch will next look at the connection (its timer), in
+    /// milliseconds since `Transport::epoch`.
+    armed_ms: AtomicU64,
+    /// Woken when the connection's deadline moves before the watch's timer
+    /// (`armed_ms`): a request head begins (due `read_timeout` later) or a
+    /// request is answered (idle, due `idle_timeout` later); any later
+    /// deadline is seen when the timer fires (see `deadline`). A kept-alive
+    /// connection making one request after another never needs it: its
+    /// timer, armed before, is due first.
+    moved: Notify,
     /// Cancelled to close the connection at once (to make room).
     evict: CancellationToken,
 }
 
 impl Conn {
-    fn set_since(&self, epoch: Instant) {
+    fn set_since(&self, epoch: Instant) -> u64 {
         let ms = epoch.elapsed().as_millis() as u64;
         self.since_ms.store(ms, Ordering::Relaxed);
+        ms
     }
 
     /// Holds the connection's slot until the claim is dropped: it is never
@@ -221,7 +228,11 @@ impl Drop for Claim<'_> {
         let c = self.conn;
         c.busy.store(false, Ordering::Relaxed);
         c.head_started.store(false, Ordering::Relaxed);
-        c.set_since(self.transport.epoch);
+        let due = c.set_since(self.transport.epoch)
+            + self.transport.limits.idle_timeout.as_millis() as u64;
+        if due < c.armed_ms.load(Ordering::Relaxed) {
+            c.moved.notify_one();
+        }
         // An accept loop waiting at the bound may close this one now.
         self.transport.changed.notify_one();
     }
@@ -403,11 +414,12 @@ impl Transport {
             proven: AtomicBool::new(false),
             head_started: AtomicBool::new(false),
             since_ms: AtomicU64::new(0),
+            armed_ms: AtomicU64::new(u64::MAX),
             linger: AtomicBool::new(false),
             lingering: AtomicBool::new(false),
             foreign,
             linger_io: Mutex::new(None),
-            head_began: Notify::new(),
+            moved: Notify::new(),
             evict: CancellationToken::new(),
         });
         conn.set_since(self.epoch);
@@ -490,6 +502,7 @@ async fn serve_connection<S: Serve>(
         io: Some(stream),
         conn: conn.clone(),
         epoch,
+        read_timeout_ms: t.limits.read_timeout.as_millis() as u64,
     };
     let svc = {
         let (service, conn) = (service.clone(), conn.clone());
@@ -509,8 +522,17 @@ async fn serve_connection<S: Serve>(
     tokio::pin!(http);
     let stop = t.stop.clone();
     let mut stopping = false;
+    let limits = &t.limits;
+    // One timer for the connection's life, moved rather than made anew: a
+    // request costs no timer of its own (see `Conn::moved`).
+    let arm = |at: Instant| {
+        let ms = at.saturating_duration_since(epoch).as_millis() as u64;
+        conn.armed_ms.store(ms, Ordering::Relaxed);
+        at
+    };
+    let timer = tokio::time::sleep_until(arm(conn.deadline(epoch, limits)));
+    tokio::pin!(timer);
     loop {
-        let limits = &t.limits;
         tokio::select! {
             r = http.as_mut() => {
                 if let Err(e) = r {
@@ -518,8 +540,14 @@ async fn serve_connection<S: Serve>(
                 }
                 return;
             }
-            () = conn.head_began.notified() => {}
-            () = tokio::time::sleep_until(conn.deadline(epoch, limits)) => {
+            () = conn.moved.notified() => {
+                let at = conn.deadline(epoch, limits);
+                if at < timer.deadline() {
+                    timer.as_mut().reset(arm(at));
+                }
+            }
+            () = timer.as_mut() => {
+                timer.as_mut().reset(arm(conn.deadline(epoch, limits)));
                 if conn.expired(epoch, limits) {
                     let why = if conn.head_started.load(Ordering::Relaxed) {
                         "its request stalled"
@@ -583,6 +611,7 @@ struct Watched {
     io: Option<TcpStream>,
     conn: Arc<Conn>,
     epoch: Instant,
+    read_timeout_ms: u64,
 }
 
 impl Watched {
@@ -604,8 +633,10 @@ impl AsyncRead for Watched {
             && !c.busy.load(Ordering::Relaxed)
             && !c.head_started.swap(true, Ordering::Relaxed)
         {
-            c.set_since(self.epoch);
-            c.head_began.notify_one();
+            let due = c.set_since(self.epoch) + self.read_timeout_ms;
+            if due < c.armed_ms.load(Ordering::Relaxed) {
+                c.moved.notify_one();
+            }
         }
         r
     }

@@ -339,6 +339,31 @@ async fn a_request_head_that_stalls_is_closed_at_the_read_timeout() {
     );
 }
 
+/// The same on a kept-alive connection that has answered a call and sat
+/// idle past `read_timeout` (so its watch sleeps towards the idle
+/// timeout): the next head that stalls is still closed `read_timeout`
+/// after it began.
+#[tokio::test]
+async fn a_stalled_head_after_an_idle_spell_is_closed_at_the_read_timeout() {
+    let read = Duration::from_millis(400);
+    let (echo, mut s) = echo_with_timeouts(read, Duration::from_secs(30)).await;
+    let mut buf = Vec::new();
+    s.write_all(request(&echo.path, "", &call("a")).as_bytes())
+        .await
+        .unwrap();
+    let a = read_answer(&mut s, &mut buf).await;
+    assert_eq!(a.json()["output"]["arguments"]["word"], "a");
+    tokio::time::sleep(read * 2).await;
+    let head = request(&echo.path, "", &call("b"));
+    let sent = std::time::Instant::now();
+    s.write_all(&head.as_bytes()[..20]).await.unwrap();
+    let took = closed_after(&mut s, sent).await;
+    assert!(
+        took >= read - Duration::from_millis(50) && took < read + Duration::from_secs(3),
+        "{took:?}"
+    );
+}
+
 /// A head, part of its body, then nothing: answered 408 and closed at
 /// `read_timeout`, the handler not run.
 #[tokio::test]
