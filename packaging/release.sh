@@ -26,8 +26,6 @@
 #
 #   packaging/release.sh                 # both archives
 #   packaging/release.sh --check         # ... then unpack each and check it (as CI does)
-#   packaging/release.sh --build         # only the release builds, no archive (.ci/run
-#                                        # starts them early, in the background)
 #   RELEASE_TARGETS=x86_64-unknown-linux-musl packaging/release.sh
 #
 # --check unpacks each archive into a temporary folder and, from there, runs
@@ -53,12 +51,10 @@ cd "$(dirname "$0")/.."
 root="$(pwd)"
 
 check=0
-build_only=0
 for arg in "$@"; do
   case "$arg" in
     --check) check=1 ;;
-    --build) build_only=1 ;;
-    *) echo "usage: packaging/release.sh [--check | --build]" >&2; exit 2 ;;
+    *) echo "usage: packaging/release.sh [--check]" >&2; exit 2 ;;
   esac
 done
 
@@ -93,7 +89,6 @@ mkdir -p "$dist"
 target_args=()
 for t in $targets; do target_args+=(--target "$t"); done
 cargo build --release --locked "${target_args[@]}" --bin neko-sidecar
-[ "$build_only" = 0 ] || exit 0
 archives=()
 for t in $targets; do
   name="neko-sidecar-$version-$t"
