@@ -408,6 +408,9 @@ class NekoSidecarPlugin(NekoPluginBase):
         agent_toml = self._prepare()
         self._admin_token = panel.new_token()
         argv = [str(exe), "run", "--config", str(agent_toml), "--stop-on-stdin-eof"]
+        # The tail of this run only: a failed start must not show the lines
+        # of the run before it.
+        self._stderr_tail = collections.deque(maxlen=20)
         extra = {"creationflags": CREATE_NO_WINDOW} if sys.platform == "win32" else {}
         self._proc = subprocess.Popen(
             argv,
@@ -418,7 +421,10 @@ class NekoSidecarPlugin(NekoPluginBase):
             env=self._environment(),
             **extra,
         )
-        threading.Thread(target=self._relay_stderr, args=(self._proc,), name="neko-sidecar-log", daemon=True).start()
+        relay = threading.Thread(
+            target=self._relay_stderr, args=(self._proc, self._stderr_tail), name="neko-sidecar-log", daemon=True
+        )
+        relay.start()
         self.logger.info(self._say("log.started", "neko-sidecar: started {exe} (pid {pid})", exe=exe, pid=self._proc.pid))
         try:
             code = self._proc.wait(timeout=0.5)
@@ -427,6 +433,9 @@ class NekoSidecarPlugin(NekoPluginBase):
                 # The static page only where the host has no Hosted UI.
                 self.register_static_ui("static")
             return
+        # Its last lines (why it stopped) may still be in the pipe: the
+        # relay ends at the pipe's end, which the exit brings.
+        relay.join(timeout=2)
         tail = "\n".join(self._stderr_tail)
         self._proc = None
         self._last_exit = code
@@ -466,13 +475,14 @@ class NekoSidecarPlugin(NekoPluginBase):
         except subprocess.TimeoutExpired:
             pass
 
-    def _relay_stderr(self, proc: subprocess.Popen) -> None:
+    def _relay_stderr(self, proc: subprocess.Popen, tail: "collections.deque[str]") -> None:
         """The sidecar's log lines into the plugin's log (N.E.K.O's plugin
-        manager shows it); the last ones are kept for a failed start."""
+        manager shows it); the last ones are kept in `tail` (its run's own)
+        for a failed start."""
         for raw in proc.stderr:
             line = raw.decode("utf-8", errors="replace").rstrip()
             if line:
-                self._stderr_tail.append(line)
+                tail.append(line)
                 self.logger.info(f"[neko-sidecar] {line}")
 
     # ------------------------------------------------------------------
