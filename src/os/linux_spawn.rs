@@ -1344,12 +1344,27 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("pid");
         let spec = sh(&format!("echo $$ > {}; exec sleep 30", file.display()));
-        let mut fut = Box::pin(Tree::spawn(&spec));
-        std::future::poll_fn(|cx| {
-            assert!(fut.as_mut().poll(cx).is_pending());
-            std::task::Poll::Ready(())
-        })
-        .await;
+        // The spawning thread may finish between the job being sent and the
+        // first poll's look for its answer (2 cores, an idle thread): then
+        // the spawn is whole at once and this path is not reached; that
+        // child is ended and the spawn made again, a bounded number of times.
+        let mut fut = None;
+        for _ in 0..50 {
+            let mut f = Box::pin(Tree::spawn(&spec));
+            match std::future::poll_fn(|cx| std::task::Poll::Ready(f.as_mut().poll(cx))).await {
+                std::task::Poll::Pending => {
+                    fut = Some(f);
+                    break;
+                }
+                std::task::Poll::Ready(done) => {
+                    let mut t = done.unwrap();
+                    t.kill();
+                    t.wait().await.unwrap();
+                    let _ = std::fs::remove_file(&file);
+                }
+            }
+        }
+        let fut = fut.expect("in 50 spawns, one still pending after its first poll");
         // The spawning thread has started the child and sent it; nobody
         // has received it.
         tokio::task::spawn_blocking(wait_pool_drained)
