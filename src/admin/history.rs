@@ -17,9 +17,8 @@
 //!
 //! The recording is the callback path's only cost here: one reading of the
 //! body (the arguments and who called), the text the model read cut to its
-//! bound, and one lock held for a push, after the answer is made. What is
-//! as cheap to make when the history is read (the time as text, the
-//! caller's name) is made then, not per call.
+//! bound, and one lock held for a push, after the answer is made. The time
+//! as text is made when the history is read, not per call.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -155,45 +154,12 @@ pub struct CallHistory {
 
 #[derive(Debug, Default)]
 struct Ring {
-    calls: VecDeque<Kept>,
+    /// Each call with when it arrived; its record's `at` is written from
+    /// that when the history is read, not per call.
+    calls: VecDeque<(SystemTime, CallRecord)>,
     recorded: u64,
     /// Base64 bytes of the pictures still held.
     picture_bytes: usize,
-}
-
-/// One call as the ring holds it: its [`CallRecord`] but for what is made
-/// when the history is read.
-#[derive(Debug)]
-struct Kept {
-    seq: u64,
-    arrived: SystemTime,
-    tool: String,
-    by: &'static str,
-    role: Option<String>,
-    duration_ms: u64,
-    outcome: String,
-    is_error: bool,
-    arguments: Cut,
-    answer: Cut,
-    pictures: Vec<PictureSeen>,
-}
-
-impl Kept {
-    fn record(&self) -> CallRecord {
-        CallRecord {
-            seq: self.seq,
-            at: super::time::rfc3339(self.arrived),
-            tool: self.tool.clone(),
-            by: self.by.to_owned(),
-            role: self.role.clone(),
-            duration_ms: self.duration_ms,
-            outcome: self.outcome.clone(),
-            is_error: self.is_error,
-            arguments: self.arguments.clone(),
-            answer: self.answer.clone(),
-            pictures: self.pictures.clone(),
-        }
-    }
 }
 
 /// What the callback path knows of a call when it has answered.
@@ -233,11 +199,11 @@ impl CallHistory {
         };
         let pictures = pictures_of(reply.images.as_ref());
         let (by, arguments) = read_body(call.body);
-        let mut record = Kept {
+        let mut record = CallRecord {
             seq: 0,
-            arrived: call.arrived,
+            at: String::new(),
             tool: call.tool.to_owned(),
-            by,
+            by: by.to_owned(),
             role: call.role.map(str::to_owned),
             duration_ms: u64::try_from(call.duration.as_millis()).unwrap_or(u64::MAX),
             outcome,
@@ -250,18 +216,18 @@ impl CallHistory {
         ring.recorded += 1;
         record.seq = ring.recorded;
         if ring.calls.len() == self.capacity {
-            if let Some(old) = ring.calls.pop_front() {
+            if let Some((_, old)) = ring.calls.pop_front() {
                 ring.picture_bytes -= held(&old);
             }
         }
         ring.picture_bytes += held(&record);
-        ring.calls.push_back(record);
+        ring.calls.push_back((call.arrived, record));
         // Over the budget: the oldest pictures go first (the newest call's
         // own are dropped last, and only when they alone exceed it).
         let mut i = 0;
         while ring.picture_bytes > PICTURE_BUDGET && i < ring.calls.len() {
             let mut freed = 0;
-            for p in &mut ring.calls[i].pictures {
+            for p in &mut ring.calls[i].1.pictures {
                 if p.data_b64.take().is_some() {
                     freed += p.bytes;
                 }
@@ -282,8 +248,11 @@ impl CallHistory {
                 .calls
                 .iter()
                 .rev()
-                .take_while(|c| c.seq > since)
-                .map(Kept::record)
+                .take_while(|(_, c)| c.seq > since)
+                .map(|(arrived, c)| CallRecord {
+                    at: super::time::rfc3339(*arrived),
+                    ..c.clone()
+                })
                 .collect(),
         }
     }
@@ -291,12 +260,13 @@ impl CallHistory {
 
 impl Ring {
     fn heap_bytes(&self) -> usize {
-        let slots = self.calls.capacity() * std::mem::size_of::<Kept>();
+        let slots = self.calls.capacity() * std::mem::size_of::<(SystemTime, CallRecord)>();
         let entries: usize = self
             .calls
             .iter()
-            .map(|c| {
+            .map(|(_, c)| {
                 c.tool.capacity()
+                    + c.by.capacity()
                     + c.role.as_ref().map_or(0, String::capacity)
                     + c.outcome.capacity()
                     + c.arguments.text.capacity()
@@ -315,7 +285,7 @@ impl Ring {
 }
 
 /// The picture bytes `record` holds.
-fn held(record: &Kept) -> usize {
+fn held(record: &CallRecord) -> usize {
     record
         .pictures
         .iter()
@@ -479,7 +449,7 @@ mod tests {
             "the call history at {DEFAULT_CALLS} calls of benchmark 3: {} bytes ({per_entry} an entry)",
             v.heap_bytes
         );
-        assert!(v.heap_bytes >= DEFAULT_CALLS * std::mem::size_of::<Kept>());
+        assert!(v.heap_bytes >= DEFAULT_CALLS * std::mem::size_of::<(SystemTime, CallRecord)>());
         assert!(v.heap_bytes < 128 * 1024, "{} bytes", v.heap_bytes);
     }
 
