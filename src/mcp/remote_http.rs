@@ -82,6 +82,39 @@ impl RemoteHttp {
         auth.renew(sent).await
     }
 
+    /// A message posted by `post` (rmcp has two ways to post one) with the
+    /// token to send; when a `401` answers the sign-in's token, posted once
+    /// more with the renewed one. The `401`'s challenge goes to the sign-in
+    /// first, as the retry may succeed.
+    async fn post_renewing<F, Fut>(
+        &self,
+        message_is_request: bool,
+        auth_header: Option<String>,
+        post: F,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>>
+    where
+        F: Fn(Option<String>) -> Fut,
+        Fut: Future<
+            Output = Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>>,
+        >,
+    {
+        let configured = auth_header.is_some();
+        let auth_header = self.token(auth_header).await;
+        let r = post(auth_header.clone()).await;
+        let unauthorized = matches!(r, Err(StreamableHttpError::AuthRequired(_)));
+        if let (Err(StreamableHttpError::AuthRequired(e)), Some(auth)) = (&r, &self.auth) {
+            auth.challenged(&e.www_authenticate_header);
+        }
+        let r = match self
+            .renewed(unauthorized, configured, auth_header.as_deref())
+            .await
+        {
+            Some(token) => post(Some(token)).await,
+            None => r,
+        };
+        accepted_unless_request(message_is_request, self.kept(r))
+    }
+
     fn kept<T>(
         &self,
         r: Result<T, StreamableHttpError<reqwest::Error>>,
@@ -130,37 +163,16 @@ impl StreamableHttpClient for RemoteHttp {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
-        let request = is_request(&message);
-        let configured = auth_header.is_some();
-        let auth_header = self.token(auth_header).await;
-        let r = self
-            .http
-            .post_message(
+        self.post_renewing(is_request(&message), auth_header, |auth| {
+            self.http.post_message(
                 uri.clone(),
                 message.clone(),
                 session_id.clone(),
-                auth_header.clone(),
+                auth,
                 custom_headers.clone(),
             )
-            .await;
-        let unauthorized = matches!(r, Err(StreamableHttpError::AuthRequired(_)));
-        if unauthorized && let Some(auth) = &self.auth {
-            // Kept before the retry, which may succeed.
-            if let Err(StreamableHttpError::AuthRequired(e)) = &r {
-                auth.challenged(&e.www_authenticate_header);
-            }
-        }
-        if let Some(token) = self
-            .renewed(unauthorized, configured, auth_header.as_deref())
-            .await
-        {
-            let r = self
-                .http
-                .post_message(uri, message, session_id, Some(token), custom_headers)
-                .await;
-            return accepted_unless_request(request, self.kept(r));
-        }
-        accepted_unless_request(request, self.kept(r))
+        })
+        .await
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -197,45 +209,17 @@ impl StreamableHttpClient for RemoteHttp {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
-        let request = is_request(&message);
-        let configured = auth_header.is_some();
-        let auth_header = self.token(auth_header).await;
-        let r = self
-            .http
-            .post_message_with_response_limits(
+        self.post_renewing(is_request(&message), auth_header, |auth| {
+            self.http.post_message_with_response_limits(
                 uri.clone(),
                 message.clone(),
                 session_id.clone(),
-                auth_header.clone(),
+                auth,
                 custom_headers.clone(),
                 limits,
             )
-            .await;
-        let unauthorized = matches!(r, Err(StreamableHttpError::AuthRequired(_)));
-        if unauthorized && let Some(auth) = &self.auth {
-            // Kept before the retry, which may succeed.
-            if let Err(StreamableHttpError::AuthRequired(e)) = &r {
-                auth.challenged(&e.www_authenticate_header);
-            }
-        }
-        if let Some(token) = self
-            .renewed(unauthorized, configured, auth_header.as_deref())
-            .await
-        {
-            let r = self
-                .http
-                .post_message_with_response_limits(
-                    uri,
-                    message,
-                    session_id,
-                    Some(token),
-                    custom_headers,
-                    limits,
-                )
-                .await;
-            return accepted_unless_request(request, self.kept(r));
-        }
-        accepted_unless_request(request, self.kept(r))
+        })
+        .await
     }
 
     async fn delete_session(
