@@ -316,6 +316,12 @@ async fn a_call_that_waited_for_its_slot_until_too_late_says_so() {
             == 1)
         .await
     );
+    // The second call's deadline 300 ms after the first's: the slot the
+    // first gives back at its deadline comes before the second's, however
+    // slow the machine is in freeing it (sent at once, the two deadlines
+    // were a few milliseconds apart, and under load the second's came
+    // first: "none finished").
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let second = sc.call("gate", json!({})).await;
     let first = first.await.unwrap();
     assert!(failure(&first, "TOOL_TIMEOUT").contains("did not answer within 0.9 s"));
