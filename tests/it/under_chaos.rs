@@ -319,10 +319,18 @@ async fn chaos() {
         l.slowest,
         started.elapsed()
     );
+    // Not a vacuous run: enough calls reached a handler, with its output or
+    // the failure envelope it must give, for the checks above to mean
+    // something. Typical seeds reach 900 to 1,100; the schedule can keep
+    // main_server restarting or down for most of the 40 s (seed
+    // 7291656295782076778: 173 reached on an idle machine, 120 with the
+    // Windows build beside it in `.ci/run`, where a floor of 100 answered
+    // alone failed), so the floor is far below both.
+    let reached = l.total(Class::Answered) + l.total(Class::ExpectedError);
     assert!(
-        l.total(Class::Answered) >= 100,
+        reached >= 50,
         "{}",
-        ctx(&format!("too few calls answered: {}", l.summary()))
+        ctx(&format!("too few calls reached a handler: {}", l.summary()))
     );
     let p = panics();
     assert!(p.is_empty(), "{}", ctx(&format!("panics: {p:#?}")));
